@@ -1,0 +1,53 @@
+"""Named errors of the core, so that adapters and the CLI can tell a refusal from a crash.
+
+Every message is one line and carries only operation keys, customer ids and periods, never an
+address or digest content.
+"""
+
+
+class DigestError(Exception):
+    """Base of every error the project raises on purpose."""
+
+
+class InvalidPeriod(DigestError, ValueError):
+    """A period was not `YYYY-Www` (an existing ISO week) or that week's Monday `YYYY-MM-DD`."""
+
+
+class InvalidOperationKey(DigestError, ValueError):
+    """An operation key was not `digest:<period>:<customer_id>`."""
+
+
+class InvalidCustomerId(DigestError, ValueError):
+    """A customer id was empty or held characters an operation key cannot carry."""
+
+
+class InvalidTransition(DigestError):
+    """A work item was asked to move between two states that the transition table forbids."""
+
+
+class LostRace(DigestError):
+    """A compare-and-set matched zero rows: another worker or operator changed the item first."""
+
+
+class UnknownWorkItem(DigestError, LookupError):
+    """No work item exists for the operation key."""
+
+
+class SnapshotMissing(DigestError, LookupError):
+    """The period has no frozen eligibility snapshot yet."""
+
+
+class ReplayRefused(DigestError):
+    """A replay request was refused as a whole; nothing was changed."""
+
+
+class ResolveRefused(DigestError):
+    """An operator resolution was refused; nothing was changed."""
+
+
+class RenderError(DigestError):
+    """The digest for one item could not be rendered; a permanent failure for that item."""
+
+
+class InvalidPolicy(DigestError, ValueError):
+    """A retry or delivery bound is out of range."""

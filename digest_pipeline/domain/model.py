@@ -1,0 +1,303 @@
+"""Frozen records that cross the port boundary: snapshot entries, work items, attempts, messages.
+
+They are plain values; the ledger adapters build them from rows and the fakes keep them in memory.
+"""
+
+import hashlib
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from enum import StrEnum
+
+from digest_pipeline.domain.failures import FailureClass
+from digest_pipeline.domain.periods import OperationKey, Period
+from digest_pipeline.domain.states import DeliveryState
+
+
+@dataclass(frozen=True)
+class Customer:
+    """A row of the shop's customer table, as the eligibility rule sees it."""
+
+    customer_id: str
+    email: str
+    active: bool
+    opted_in: bool
+
+
+def is_eligible(customer: Customer) -> bool:
+    """Active and opted in: the whole rule, kept here so every selector applies the same one."""
+    return customer.active and customer.opted_in
+
+
+@dataclass(frozen=True)
+class SnapshotEntry:
+    """One selected customer, with the recipient address as it was at selection time."""
+
+    customer_id: str
+    recipient: str
+
+
+@dataclass(frozen=True)
+class SnapshotInfo:
+    """The frozen selection of one period."""
+
+    period: Period
+    selection_run_id: str
+    selected_at: datetime
+    eligible_count: int
+    #: sha256 over the sorted entries; invariant 5 recomputes it
+    fingerprint: str
+    enqueued_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class SnapshotReceipt:
+    """What freezing did: created a new snapshot or reused the one frozen before."""
+
+    info: SnapshotInfo
+    reused: bool
+
+
+def snapshot_fingerprint(entries: list[SnapshotEntry]) -> str:
+    """A stable digest of a selection, independent of the order it was read in."""
+    h = hashlib.sha256()
+    for e in sorted(entries, key=lambda e: e.customer_id):
+        h.update(f"{e.customer_id}\x1f{e.recipient}\x1e".encode())
+    return h.hexdigest()
+
+
+@dataclass(frozen=True)
+class WorkItem:
+    """The durable record of one operation key (design §1)."""
+
+    key: OperationKey
+    state: DeliveryState
+    created_at: datetime
+    next_attempt_at: datetime | None
+    #: every attempt ever started, never reset
+    attempts: int = 0
+    #: attempts counted against `max_attempts` since the item was last (re)opened
+    budget_used: int = 0
+    #: first attempt since the item was last (re)opened; `max_age` runs from here
+    window_started_at: datetime | None = None
+    first_attempt_at: datetime | None = None
+    last_attempt_at: datetime | None = None
+    last_failure_class: FailureClass | None = None
+    last_detail: str | None = None
+    lease_owner: str | None = None
+    #: the fencing token: incremented by every claim, required by every transition
+    lease_token: int = 0
+    lease_expires_at: datetime | None = None
+    first_claimed_at: datetime | None = None
+    provider_message_id: str | None = None
+    sent_at: datetime | None = None
+    cleaned_at: datetime | None = None
+    replayed_at: datetime | None = None
+
+    @property
+    def period(self) -> Period:
+        return self.key.period
+
+    @property
+    def customer_id(self) -> str:
+        return self.key.customer_id
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A leased work item: the holder may act on it while the token still matches."""
+
+    item: WorkItem
+    token: int
+    owner: str
+    expires_at: datetime
+
+    @property
+    def key(self) -> OperationKey:
+        return self.item.key
+
+
+@dataclass(frozen=True)
+class AttemptTicket:
+    """An attempt recorded as started; closed by `Ledger.complete`."""
+
+    attempt_id: int
+    key: OperationKey
+    number: int
+    token: int
+    started_at: datetime
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One row of the append-only attempt history."""
+
+    attempt_id: int
+    key: OperationKey
+    number: int
+    token: int
+    worker: str
+    started_at: datetime
+    finished_at: datetime | None
+    #: `sent` or a failure class value; None while the attempt is open
+    outcome: str | None
+    detail: str | None
+    provider_message_id: str | None
+    duplicate: bool
+
+
+@dataclass(frozen=True)
+class DeadLetterRecord:
+    """A dead-letter row: identities, reason and counts; never an address or content."""
+
+    dead_letter_id: int
+    key: OperationKey
+    reason: str
+    last_failure_class: FailureClass | None
+    attempts: int
+    first_attempt_at: datetime | None
+    last_attempt_at: datetime | None
+    created_at: datetime
+    replayed_at: datetime | None
+
+
+@dataclass(frozen=True)
+class AuditEntry:
+    """An operator's (or the reconciler's) action, with who, why and what changed."""
+
+    at: datetime
+    actor: str
+    action: str
+    key: OperationKey | None
+    from_state: DeliveryState | None
+    to_state: DeliveryState | None
+    reason: str
+    period: Period | None = None
+    audit_id: int = 0
+
+
+@dataclass(frozen=True)
+class DigestRow:
+    """One generated content row of a customer's digest (a product pick), linked to its key."""
+
+    key: OperationKey
+    position: int
+    payload: dict[str, object]
+
+
+@dataclass(frozen=True)
+class Message:
+    """A rendered digest ready for a mailer. Its idempotency key is the operation key."""
+
+    key: OperationKey
+    recipient: str
+    sender: str
+    subject: str
+    text: str
+    html: str | None = None
+    headers: tuple[tuple[str, str], ...] = field(default=())
+
+
+def message_id_for(key: OperationKey, domain: str = "digest.invalid") -> str:
+    """A `Message-ID` stable across retries, so receivers can spot a duplicate (RFC 5322 §3.6.4)."""
+    digest = hashlib.sha256(str(key).encode()).hexdigest()[:32]
+    return f"<{digest}@{domain}>"
+
+
+class LookupStatus(StrEnum):
+    """What a mailer can say about an idempotency key it was asked about."""
+
+    #: the provider accepted a message with this key
+    FOUND = "found"
+    #: the provider has no message with this key
+    NOT_FOUND = "not_found"
+    #: the mailer cannot look keys up
+    UNSUPPORTED = "unsupported"
+
+
+@dataclass(frozen=True)
+class LookupResult:
+    status: LookupStatus
+    provider_message_id: str | None = None
+
+
+@dataclass(frozen=True)
+class MailerCapabilities:
+    """What reconciliation may rely on (design §2)."""
+
+    #: how long the provider deduplicates a repeated idempotency key; None when it does not
+    idempotency_window: timedelta | None
+    #: whether `lookup` can tell whether a key was accepted
+    can_lookup: bool
+
+
+class CleanupMode(StrEnum):
+    """What cleanup does with an item's generated rows (`DIGEST_CLEANUP_MODE`)."""
+
+    #: copy them to the archive table, then delete them
+    ARCHIVE = "archive"
+    #: delete them
+    DELETE = "delete"
+
+
+@dataclass(frozen=True)
+class AuditNote:
+    """Who moved an item and why; written in the same transaction as the move."""
+
+    actor: str
+    action: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class Transition:
+    """A guarded move of one item: applied only if the item is still `expected` with `token`."""
+
+    key: OperationKey
+    expected: DeliveryState
+    token: int
+    target: DeliveryState
+    at: datetime
+    next_attempt_at: datetime | None = None
+    failure_class: FailureClass | None = None
+    detail: str | None = None
+    provider_message_id: str | None = None
+    #: write a dead-letter row with this reason in the same transaction
+    dead_letter_reason: str | None = None
+    audit: AuditNote | None = None
+    #: a throttled attempt gives back the budget unit its start took
+    refund_budget: bool = False
+    #: replay: reset the retry budget and age window, stamp replayed_at
+    reopen: bool = False
+
+
+@dataclass(frozen=True)
+class EnqueueReceipt:
+    created: int
+    existing: int
+
+
+@dataclass(frozen=True)
+class CleanupReceipt:
+    """`cleaned` with the rows it archived or deleted, or `already_cleaned` with 0."""
+
+    key: OperationKey
+    status: str
+    rows: int
+
+
+@dataclass(frozen=True)
+class LeaseRecovery:
+    """Expired claims: back to due when no attempt started, `unknown` when one was open."""
+
+    requeued: tuple[OperationKey, ...]
+    unknown: tuple[OperationKey, ...]
+
+
+@dataclass(frozen=True)
+class InvariantResult:
+    """One design §4 invariant for one period: pass/fail and the offending keys (a sample)."""
+
+    name: str
+    passed: bool
+    violations: int
+    sample: tuple[str, ...] = ()

@@ -1,0 +1,115 @@
+"""Periods (ISO weeks) and operation keys: the identities every other piece agrees on.
+
+A period is written `2026-W42`; the Dagster partition key is that week's Monday, `2026-10-12`.
+Both spellings parse to the same `Period`. An operation key, `digest:2026-W42:customer-1842`, names
+one customer's digest for one period and never carries an attempt number.
+"""
+
+import re
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, timedelta
+
+from digest_pipeline.domain.errors import InvalidCustomerId, InvalidOperationKey, InvalidPeriod
+
+_ISO_WEEK = re.compile(r"^(\d{4})-W(\d{2})$")
+_MONDAY = re.compile(r"^(\d{4})-(\d{2})-(\d{2})$")
+# Colons separate the parts of an operation key and whitespace breaks headers and logs.
+_CUSTOMER_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+KEY_PREFIX = "digest"
+
+
+@dataclass(frozen=True, order=True)
+class Period:
+    """One ISO week, the unit of selection, delivery and idempotency."""
+
+    year: int
+    week: int
+
+    def __post_init__(self) -> None:
+        try:
+            date.fromisocalendar(self.year, self.week, 1)
+        except ValueError as e:
+            raise InvalidPeriod(f"{self.year}-W{self.week:02d} is not an ISO week") from e
+
+    @classmethod
+    def parse(cls, text: str) -> "Period":
+        """Parses `2026-W42` or the week's Monday `2026-10-12`; anything else raises InvalidPeriod."""
+        raw = text.strip() if isinstance(text, str) else ""
+        if m := _ISO_WEEK.match(raw):
+            return cls(int(m.group(1)), int(m.group(2)))
+        if _MONDAY.match(raw):
+            try:
+                day = date.fromisoformat(raw)
+            except ValueError as e:
+                raise InvalidPeriod(f"period {text!r}: {raw} is not a calendar date") from e
+            if day.isoweekday() != 1:
+                raise InvalidPeriod(
+                    f"period {text!r}: {raw} is a {day:%A}, not the Monday that starts a week"
+                )
+            return cls.of(day)
+        raise InvalidPeriod(
+            f"period {text!r} is neither an ISO week like 2026-W42 nor its Monday like 2026-10-12"
+        )
+
+    @classmethod
+    def of(cls, day: date) -> "Period":
+        """The period that contains a calendar day."""
+        year, week, _ = day.isocalendar()
+        return cls(year, week)
+
+    @property
+    def monday(self) -> date:
+        return date.fromisocalendar(self.year, self.week, 1)
+
+    @property
+    def partition_key(self) -> str:
+        """The Dagster partition key: the Monday in ISO format."""
+        return self.monday.isoformat()
+
+    @property
+    def starts_at(self) -> datetime:
+        return datetime.combine(self.monday, datetime.min.time(), tzinfo=UTC)
+
+    @property
+    def ends_at(self) -> datetime:
+        """The first instant after the week (next Monday 00:00 UTC)."""
+        return self.starts_at + timedelta(days=7)
+
+    def __str__(self) -> str:
+        return f"{self.year}-W{self.week:02d}"
+
+
+def validate_customer_id(customer_id: str) -> str:
+    """Returns the id unchanged or raises InvalidCustomerId."""
+    if not isinstance(customer_id, str) or not _CUSTOMER_ID.match(customer_id):
+        raise InvalidCustomerId(
+            f"customer id {customer_id!r} must be 1-128 characters of letters, digits, '.', '_' or '-'"
+        )
+    return customer_id
+
+
+@dataclass(frozen=True, order=True)
+class OperationKey:
+    """`digest:<period>:<customer_id>`: one customer's digest for one period."""
+
+    period: Period
+    customer_id: str
+
+    def __post_init__(self) -> None:
+        validate_customer_id(self.customer_id)
+
+    @classmethod
+    def parse(cls, text: str) -> "OperationKey":
+        """Parses `digest:2026-W42:customer-1842`; anything else raises InvalidOperationKey."""
+        parts = text.strip().split(":") if isinstance(text, str) else []
+        if len(parts) != 3 or parts[0] != KEY_PREFIX or not _ISO_WEEK.match(parts[1]):
+            raise InvalidOperationKey(
+                f"operation key {text!r} is not of the form digest:2026-W42:<customer_id>"
+            )
+        try:
+            return cls(Period.parse(parts[1]), parts[2])
+        except (InvalidPeriod, InvalidCustomerId) as e:
+            raise InvalidOperationKey(f"operation key {text!r}: {e}") from e
+
+    def __str__(self) -> str:
+        return f"{KEY_PREFIX}:{self.period}:{self.customer_id}"

@@ -1,0 +1,69 @@
+"""The work-item state machine of design §3: the states and the only moves between them.
+
+The ledger checks every move against `ALLOWED_TRANSITIONS` before it issues the guarded SQL
+update, and the same table is mirrored as a comment beside the schema.
+"""
+
+from enum import StrEnum
+
+from digest_pipeline.domain.errors import InvalidTransition
+
+
+class DeliveryState(StrEnum):
+    """Where one operation key stands; values are the strings stored in SQL."""
+
+    #: selected and enqueued, never claimed
+    PENDING = "pending"
+    #: leased to one worker, which holds the fencing token
+    CLAIMED = "claimed"
+    #: the provider confirmed the message (or reconciliation found evidence of it)
+    SENT = "sent"
+    #: sent, and its generated rows were archived or deleted exactly once
+    CLEANED = "cleaned"
+    #: a transient or throttled failure; due again at next_attempt_at
+    RETRY_SCHEDULED = "retry_scheduled"
+    #: the request may have reached the provider; awaiting reconciliation or an operator
+    UNKNOWN = "unknown"
+    #: permanent failure (invalid recipient, render error); never retried automatically
+    FAILED = "failed"
+    #: a retry bound (attempts, age, delivery window, unknown retention) was hit
+    DEAD_LETTERED = "dead_lettered"
+
+
+S = DeliveryState
+
+#: (from, to) pairs of design §3. `claimed → retry_scheduled` also returns an expired claim that
+#: never started an attempt to the queue; `claimed → dead_lettered` ends an item whose failing
+#: attempt exhausted a bound, rather than scheduling a retry that could never run.
+ALLOWED_TRANSITIONS: frozenset[tuple[DeliveryState, DeliveryState]] = frozenset(
+    {
+        (S.PENDING, S.CLAIMED),
+        (S.CLAIMED, S.SENT),
+        (S.CLAIMED, S.RETRY_SCHEDULED),
+        (S.CLAIMED, S.UNKNOWN),
+        (S.CLAIMED, S.FAILED),
+        (S.CLAIMED, S.DEAD_LETTERED),
+        (S.RETRY_SCHEDULED, S.CLAIMED),
+        (S.RETRY_SCHEDULED, S.DEAD_LETTERED),
+        (S.UNKNOWN, S.SENT),
+        (S.UNKNOWN, S.RETRY_SCHEDULED),
+        (S.UNKNOWN, S.DEAD_LETTERED),
+        (S.SENT, S.CLEANED),
+        # only `replay` makes these two moves
+        (S.DEAD_LETTERED, S.PENDING),
+        (S.FAILED, S.PENDING),
+    }
+)
+
+#: States a worker may claim from (when due).
+CLAIMABLE: frozenset[DeliveryState] = frozenset({S.PENDING, S.RETRY_SCHEDULED})
+#: States that need nothing more from the system (replay can still reopen the last two).
+TERMINAL: frozenset[DeliveryState] = frozenset({S.CLEANED, S.FAILED, S.DEAD_LETTERED})
+#: States an operator may replay.
+REPLAYABLE: frozenset[DeliveryState] = frozenset({S.DEAD_LETTERED, S.FAILED})
+
+
+def check_transition(current: DeliveryState, target: DeliveryState) -> None:
+    """Raises InvalidTransition unless `current → target` is in the table."""
+    if (current, target) not in ALLOWED_TRANSITIONS:
+        raise InvalidTransition(f"illegal move {current.value} -> {target.value}")

@@ -1,0 +1,207 @@
+"""The abstract interfaces between the services and the outside world (design §5).
+
+Every port has a real adapter under `adapters/` and a hand-written fake in the tests; the
+contract suite runs the same assertions over both.
+"""
+
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Iterator, Sequence
+from datetime import datetime, timedelta
+
+from digest_pipeline.domain.failures import SendOutcome
+from digest_pipeline.domain.model import (
+    Attempt,
+    AttemptTicket,
+    AuditEntry,
+    Claim,
+    CleanupMode,
+    CleanupReceipt,
+    Customer,
+    DeadLetterRecord,
+    DigestRow,
+    EnqueueReceipt,
+    InvariantResult,
+    LeaseRecovery,
+    LookupResult,
+    LookupStatus,
+    MailerCapabilities,
+    Message,
+    SnapshotEntry,
+    SnapshotInfo,
+    SnapshotReceipt,
+    Transition,
+    WorkItem,
+)
+from digest_pipeline.domain.periods import OperationKey, Period
+from digest_pipeline.domain.states import DeliveryState
+
+
+class Clock(ABC):
+    """The only source of "now" for the core, so tests and the simulator control time."""
+
+    @abstractmethod
+    def now(self) -> datetime:
+        """The current time, timezone-aware UTC."""
+
+
+class CustomerSource(ABC):
+    """The shop's customer records, read when a period's eligibility is frozen."""
+
+    @abstractmethod
+    def customers(self) -> Iterator[Customer]:
+        """Streams every customer; the eligibility rule is applied by the snapshot service."""
+
+
+class Mailer(ABC):
+    """Sends one rendered digest with the operation key as its idempotency key."""
+
+    @property
+    @abstractmethod
+    def capabilities(self) -> MailerCapabilities:
+        """Whether the provider deduplicates keys (and for how long) and can look them up."""
+
+    @abstractmethod
+    def send(self, message: Message, *, idempotency_key: str) -> SendOutcome:
+        """Sends; every failure comes back as a classified outcome, never as an exception."""
+
+    def lookup(self, idempotency_key: str) -> LookupResult:
+        """Asks whether a key was accepted; mailers that cannot answer say UNSUPPORTED."""
+        return LookupResult(LookupStatus.UNSUPPORTED)
+
+
+class Composer(ABC):
+    """Renders one customer's digest; a failure raises RenderError (a permanent failure)."""
+
+    @abstractmethod
+    def compose(self, item: WorkItem, recipient: str, rows: Sequence[DigestRow]) -> Message:
+        """The message for one work item."""
+
+
+class Ledger(ABC):
+    """The source of truth: snapshots, work items, attempts, cleanups, dead letters, audit.
+
+    Every state change is a compare-and-set on (operation key, expected state, lease token);
+    zero matched rows raise LostRace. Implementations must be safe to call from many threads.
+    """
+
+    # -- eligibility -----------------------------------------------------------------------
+    @abstractmethod
+    def freeze_snapshot(
+        self, period: Period, run_id: str, selected_at: datetime, entries: Iterable[SnapshotEntry]
+    ) -> SnapshotReceipt:
+        """Freezes the period's selection once; a later call reuses the first and says so."""
+
+    @abstractmethod
+    def snapshot(self, period: Period) -> SnapshotInfo | None:
+        """The frozen selection's header, or None before the freeze."""
+
+    @abstractmethod
+    def snapshot_entries(self, period: Period) -> list[SnapshotEntry]:
+        """The frozen selection, ordered by customer id."""
+
+    @abstractmethod
+    def recipient(self, key: OperationKey) -> str | None:
+        """The address frozen for the key's customer in the key's period."""
+
+    # -- generated content -----------------------------------------------------------------
+    @abstractmethod
+    def add_digest_rows(self, rows: Iterable[DigestRow]) -> int:
+        """Stores generated rows; returns how many were written."""
+
+    @abstractmethod
+    def digest_rows(self, key: OperationKey) -> list[DigestRow]:
+        """The live (not cleaned) generated rows of one key, by position."""
+
+    # -- work items ------------------------------------------------------------------------
+    @abstractmethod
+    def enqueue(self, period: Period, now: datetime) -> EnqueueReceipt:
+        """Creates one `pending` item per snapshot entry that has none; idempotent."""
+
+    @abstractmethod
+    def claim_due(
+        self,
+        now: datetime,
+        owner: str,
+        lease: timedelta,
+        limit: int,
+        period: Period | None = None,
+    ) -> list[Claim]:
+        """Leases up to `limit` due items (`pending`, or `retry_scheduled` with a due time).
+
+        Each claim carries a fresh fencing token; concurrent callers never get the same item.
+        """
+
+    @abstractmethod
+    def start_attempt(self, claim: Claim, now: datetime) -> AttemptTicket:
+        """Records an attempt as started, before the mailer is called; the lease must be live."""
+
+    @abstractmethod
+    def complete(self, ticket: AttemptTicket, outcome: SendOutcome, transition: Transition) -> None:
+        """Closes the attempt with its outcome and applies the transition, atomically.
+
+        If the transition lost its race the attempt is still closed (it is evidence for
+        reconciliation) and LostRace is raised.
+        """
+
+    @abstractmethod
+    def apply(self, transition: Transition) -> None:
+        """Applies one guarded transition that closes no attempt."""
+
+    @abstractmethod
+    def recover_expired_leases(self, now: datetime) -> LeaseRecovery:
+        """Expired claims with no open attempt become due again; with one open, `unknown`."""
+
+    @abstractmethod
+    def get(self, key: OperationKey) -> WorkItem | None:
+        """One item, or None."""
+
+    @abstractmethod
+    def items(
+        self, period: Period, states: Iterable[DeliveryState] | None = None
+    ) -> list[WorkItem]:
+        """A period's items, optionally only in some states, ordered by operation key."""
+
+    @abstractmethod
+    def attempts(self, key: OperationKey) -> list[Attempt]:
+        """The attempt history of one key, oldest first."""
+
+    @abstractmethod
+    def state_counts(self, period: Period) -> dict[DeliveryState, int]:
+        """Items per state (states with no item are absent)."""
+
+    @abstractmethod
+    def attempt_outcome_counts(self, period: Period) -> dict[str, int]:
+        """Attempts per recorded outcome (`sent`, failure classes, `open`, `duplicate`)."""
+
+    @abstractmethod
+    def open_periods(self) -> list[Period]:
+        """Periods that still have items the system must act on (not terminal, not sent)."""
+
+    # -- cleanup ---------------------------------------------------------------------------
+    @abstractmethod
+    def clean(
+        self, key: OperationKey, token: int, mode: CleanupMode, now: datetime
+    ) -> CleanupReceipt:
+        """Claims the cleanup, removes the key's rows and marks the item cleaned, atomically.
+
+        In one transaction: insert the unique cleanup row, archive or delete the key's rows and
+        move the item `sent → cleaned`. A second call reports `already_cleaned`; an item that
+        is not `sent` raises LostRace and nothing changes.
+        """
+
+    # -- dead letters, audit, invariants ---------------------------------------------------
+    @abstractmethod
+    def dead_letters(self, period: Period) -> list[DeadLetterRecord]:
+        """The period's dead-letter rows, oldest first."""
+
+    @abstractmethod
+    def record_audit(self, entry: AuditEntry) -> None:
+        """Appends one audit row."""
+
+    @abstractmethod
+    def audit_log(self, period: Period | None = None) -> list[AuditEntry]:
+        """Audit rows, oldest first."""
+
+    @abstractmethod
+    def check_invariants(self, period: Period, now: datetime) -> list[InvariantResult]:
+        """Design §4's invariants evaluated on what is recorded for the period."""
