@@ -175,7 +175,7 @@ class Ledger(ABC):
 
     @abstractmethod
     def open_periods(self) -> list[Period]:
-        """Periods that still have items the system must act on (not terminal, not sent)."""
+        """Periods with items the system must still act on (any state but cleaned, failed, dead-lettered)."""
 
     # -- cleanup ---------------------------------------------------------------------------
     @abstractmethod

@@ -4,6 +4,7 @@ They are plain values; the ledger adapters build them from rows and the fakes ke
 """
 
 import hashlib
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
@@ -57,12 +58,28 @@ class SnapshotReceipt:
     reused: bool
 
 
-def snapshot_fingerprint(entries: list[SnapshotEntry]) -> str:
-    """A stable digest of a selection, independent of the order it was read in."""
-    h = hashlib.sha256()
-    for e in sorted(entries, key=lambda e: e.customer_id):
-        h.update(f"{e.customer_id}\x1f{e.recipient}\x1e".encode())
-    return h.hexdigest()
+def fingerprint_entry(entry: SnapshotEntry) -> int:
+    """One entry's share of a snapshot fingerprint."""
+    h = hashlib.sha256(f"{entry.customer_id}\x1f{entry.recipient}".encode())
+    return int.from_bytes(h.digest(), "big")
+
+
+def snapshot_fingerprint(entries: Iterable[SnapshotEntry]) -> str:
+    """A digest of a selection that ignores order, so it can be computed while streaming.
+
+    It is the sum of per-entry sha256 values modulo 2**256 (a multiset hash): any added,
+    removed or changed entry changes it, and no sort (or database collation) is involved.
+    """
+    total = sum(fingerprint_entry(e) for e in entries) % FINGERPRINT_MODULUS
+    return format_fingerprint(total)
+
+
+FINGERPRINT_MODULUS = 2**256
+
+
+def format_fingerprint(total: int) -> str:
+    """The stored form of a fingerprint sum: 64 hex digits."""
+    return f"{total % FINGERPRINT_MODULUS:064x}"
 
 
 @dataclass(frozen=True)

@@ -11,10 +11,11 @@ from datetime import UTC, date, datetime, timedelta
 
 from digest_pipeline.domain.errors import InvalidCustomerId, InvalidOperationKey, InvalidPeriod
 
-_ISO_WEEK = re.compile(r"^(\d{4})-W(\d{2})$")
-_MONDAY = re.compile(r"^(\d{4})-(\d{2})-(\d{2})$")
+_ISO_WEEK = re.compile(r"([0-9]{4})-W([0-9]{2})")
+_MONDAY = re.compile(r"([0-9]{4})-([0-9]{2})-([0-9]{2})")
+# fullmatch, not match + $: `$` lets a trailing newline through.
 # Colons separate the parts of an operation key and whitespace breaks headers and logs.
-_CUSTOMER_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+_CUSTOMER_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 KEY_PREFIX = "digest"
 
 
@@ -35,9 +36,9 @@ class Period:
     def parse(cls, text: str) -> "Period":
         """Parses `2026-W42` or the week's Monday `2026-10-12`; anything else raises InvalidPeriod."""
         raw = text.strip() if isinstance(text, str) else ""
-        if m := _ISO_WEEK.match(raw):
+        if m := _ISO_WEEK.fullmatch(raw):
             return cls(int(m.group(1)), int(m.group(2)))
-        if _MONDAY.match(raw):
+        if _MONDAY.fullmatch(raw):
             try:
                 day = date.fromisoformat(raw)
             except ValueError as e:
@@ -81,7 +82,7 @@ class Period:
 
 def validate_customer_id(customer_id: str) -> str:
     """Returns the id unchanged or raises InvalidCustomerId."""
-    if not isinstance(customer_id, str) or not _CUSTOMER_ID.match(customer_id):
+    if not isinstance(customer_id, str) or not _CUSTOMER_ID.fullmatch(customer_id):
         raise InvalidCustomerId(
             f"customer id {customer_id!r} must be 1-128 characters of letters, digits, '.', '_' or '-'"
         )
@@ -102,7 +103,7 @@ class OperationKey:
     def parse(cls, text: str) -> "OperationKey":
         """Parses `digest:2026-W42:customer-1842`; anything else raises InvalidOperationKey."""
         parts = text.strip().split(":") if isinstance(text, str) else []
-        if len(parts) != 3 or parts[0] != KEY_PREFIX or not _ISO_WEEK.match(parts[1]):
+        if len(parts) != 3 or parts[0] != KEY_PREFIX or not _ISO_WEEK.fullmatch(parts[1]):
             raise InvalidOperationKey(
                 f"operation key {text!r} is not of the form digest:2026-W42:<customer_id>"
             )

@@ -16,9 +16,6 @@ from digest_pipeline.domain.failures import FailureClass
 #: A source of floats in [0, 1): `random.Random(seed).random` in production and the simulator.
 RandomSource = Callable[[], float]
 
-# 2**64 seconds of base delay already dwarfs any sane cap; stop doubling there to avoid overflow.
-_MAX_DOUBLINGS = 64
-
 
 class DeadLetterReason(StrEnum):
     """Why an item stopped being retried automatically."""
@@ -59,8 +56,11 @@ def retry_delay_bound(attempt: int, policy: RetryPolicy) -> timedelta:
     """The upper bound of the delay after failed attempt `attempt` (1-based)."""
     if attempt < 1:
         raise InvalidPolicy(f"attempt numbers start at 1, got {attempt}")
-    doublings = min(attempt - 1, _MAX_DOUBLINGS)
-    return min(policy.cap, policy.base * (1 << doublings))
+    # Once base * 2**d passes the cap the answer is the cap; stop before doubling overflows
+    # timedelta (which it does near attempt 43 with a 30 s base).
+    if attempt - 1 >= (policy.cap // policy.base).bit_length():
+        return policy.cap
+    return min(policy.cap, policy.base * (1 << (attempt - 1)))
 
 
 def retry_delay(attempt: int, policy: RetryPolicy, rand: RandomSource) -> timedelta:

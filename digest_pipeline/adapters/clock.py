@@ -1,0 +1,12 @@
+"""The real clock: the one place that reads the system time, always as UTC."""
+
+from datetime import UTC, datetime
+
+from digest_pipeline.ports import Clock
+
+
+class SystemClock(Clock):
+    """`datetime.now(UTC)`."""
+
+    def now(self) -> datetime:
+        return datetime.now(UTC)

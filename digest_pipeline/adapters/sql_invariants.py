@@ -1,0 +1,136 @@
+"""Design §4's invariants as SQL over one period, for the asset checks, the CLI and the harness.
+
+The unique keys and compare-and-set updates are the guards; these queries are the detectors
+that prove the guards held. Each returns the offending operation keys.
+"""
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Connection, Select, and_, exists, func, not_, or_, select
+
+from digest_pipeline.adapters.sql_schema import (
+    attempts,
+    audit_log,
+    cleanups,
+    eligibility_snapshot,
+    period_runs,
+    work_items,
+)
+from digest_pipeline.domain.model import InvariantResult, fingerprint_entry, format_fingerprint
+from digest_pipeline.domain.model import SnapshotEntry as Entry
+from digest_pipeline.domain.periods import Period
+from digest_pipeline.domain.states import DeliveryState
+
+S = DeliveryState
+wi, a = work_items, attempts
+SAMPLE = 10
+#: audit actions that count as evidence an `unknown` outcome was looked at
+RECONCILING_ACTIONS = ("reconcile", "resolve")
+
+
+def _result(conn: Connection, name: str, keys: Select[Any]) -> InvariantResult:
+    found: list[str] = sorted(set(conn.execute(keys).scalars()))
+    return InvariantResult(name, not found, len(found), tuple(found[:SAMPLE]))
+
+
+def _one_cleanup_per_sent_item(p: str) -> Select[Any]:
+    c = cleanups
+    twice = (
+        select(c.c.operation_key)
+        .where(c.c.period == p)
+        .group_by(c.c.operation_key)
+        .having(func.count() > 1)
+    )
+    never_sent = (
+        select(c.c.operation_key)
+        .join(wi, wi.c.operation_key == c.c.operation_key)
+        .where(c.c.period == p, wi.c.sent_at.is_(None))
+    )
+    return select(twice.union(never_sent).subquery().c[0])
+
+
+def _no_silent_timeout(p: str) -> Select[Any]:
+    still_open_elsewhere = and_(
+        a.c.finished_at.is_(None),
+        not_(and_(wi.c.state == S.CLAIMED.value, wi.c.lease_token == a.c.lease_token)),
+    )
+    looked_at = exists().where(
+        audit_log.c.operation_key == a.c.operation_key,
+        audit_log.c.action.in_(RECONCILING_ACTIONS),
+        audit_log.c.at >= a.c.started_at,
+    )
+    return (
+        select(a.c.operation_key)
+        .join(wi, wi.c.operation_key == a.c.operation_key)
+        .where(
+            wi.c.period == p,
+            or_(a.c.outcome == "unknown", still_open_elsewhere),
+            wi.c.state != S.UNKNOWN.value,
+            not_(looked_at),
+        )
+    )
+
+
+def _every_item_visible(p: str, now: datetime, enqueued: bool) -> Select[Any]:
+    stuck = select(wi.c.operation_key).where(
+        wi.c.period == p,
+        or_(
+            and_(wi.c.state == S.CLAIMED.value, wi.c.lease_expires_at <= now),
+            and_(wi.c.state == S.RETRY_SCHEDULED.value, wi.c.next_attempt_at.is_(None)),
+        ),
+    )
+    if not enqueued:
+        return stuck
+    es = eligibility_snapshot
+    missing = (
+        select(("digest:" + es.c.period + ":" + es.c.customer_id).label("operation_key"))
+        .outerjoin(wi, and_(wi.c.period == es.c.period, wi.c.customer_id == es.c.customer_id))
+        .where(es.c.period == p, wi.c.operation_key.is_(None))
+    )
+    return select(stuck.union(missing).subquery().c[0])
+
+
+def _at_most_one_send_per_key(p: str) -> Select[Any]:
+    return (
+        select(a.c.operation_key)
+        .join(wi, wi.c.operation_key == a.c.operation_key)
+        .where(wi.c.period == p, a.c.outcome == "sent", a.c.duplicate.is_(False))
+        .group_by(a.c.operation_key)
+        .having(func.count() > 1)
+    )
+
+
+def _snapshot_unchanged(conn: Connection, period: Period) -> InvariantResult:
+    p = str(period)
+    header = conn.execute(select(period_runs).where(period_runs.c.period == p)).mappings().first()
+    if header is None:
+        return InvariantResult("snapshot_unchanged", True, 0)
+    es = eligibility_snapshot
+    total, count = 0, 0
+    rows = conn.execution_options(yield_per=10_000).execute(
+        select(es.c.customer_id, es.c.recipient).where(es.c.period == p)
+    )
+    for r in rows:
+        total += fingerprint_entry(Entry(r.customer_id, r.recipient))
+        count += 1
+    same = format_fingerprint(total) == header["fingerprint"] and count == header["eligible_count"]
+    return InvariantResult("snapshot_unchanged", same, 0 if same else 1, () if same else (p,))
+
+
+def evaluate_invariants(conn: Connection, period: Period, now: datetime) -> list[InvariantResult]:
+    """The five invariants of design §4, in order, for one period."""
+    p = str(period)
+    enqueued = (
+        conn.execute(
+            select(period_runs.c.enqueued_at).where(period_runs.c.period == p)
+        ).scalar_one_or_none()
+        is not None
+    )
+    return [
+        _result(conn, "one_cleanup_per_sent_item", _one_cleanup_per_sent_item(p)),
+        _result(conn, "no_silent_timeout", _no_silent_timeout(p)),
+        _result(conn, "every_item_visible", _every_item_visible(p, now, enqueued)),
+        _result(conn, "at_most_one_send_per_key", _at_most_one_send_per_key(p)),
+        _snapshot_unchanged(conn, period),
+    ]

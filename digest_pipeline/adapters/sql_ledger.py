@@ -1,0 +1,609 @@
+"""The SQL ledger: the source of truth for work items, on SQLite or PostgreSQL (SQLAlchemy Core).
+
+Every state change is one guarded `UPDATE … WHERE operation_key = :k AND state = :expected AND
+lease_token = :token`; zero rows raise LostRace. Claims use `FOR UPDATE SKIP LOCKED` on
+PostgreSQL and a serialized `BEGIN IMMEDIATE` transaction on SQLite.
+"""
+
+from collections.abc import Iterable, Iterator
+from datetime import datetime, timedelta
+from itertools import islice
+from typing import Any
+
+from sqlalchemy import Connection, Engine, and_, exists, func, insert, literal, select, update
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.exc import IntegrityError
+
+from digest_pipeline.adapters import sql_rows
+from digest_pipeline.adapters.sql_invariants import evaluate_invariants
+from digest_pipeline.adapters.sql_schema import (
+    attempts,
+    audit_log,
+    cleanups,
+    dead_letters,
+    digest_rows,
+    digest_rows_archive,
+    eligibility_snapshot,
+    period_runs,
+    work_items,
+)
+from digest_pipeline.domain.errors import LostRace, SnapshotMissing, UnknownWorkItem
+from digest_pipeline.domain.failures import FailureClass, SendOutcome
+from digest_pipeline.domain.model import (
+    Attempt,
+    AttemptTicket,
+    AuditEntry,
+    Claim,
+    CleanupMode,
+    CleanupReceipt,
+    DeadLetterRecord,
+    DigestRow,
+    EnqueueReceipt,
+    InvariantResult,
+    LeaseRecovery,
+    SnapshotEntry,
+    SnapshotInfo,
+    SnapshotReceipt,
+    Transition,
+    WorkItem,
+    fingerprint_entry,
+    format_fingerprint,
+)
+from digest_pipeline.domain.periods import KEY_PREFIX, OperationKey, Period
+from digest_pipeline.domain.states import CLAIMABLE, TERMINAL, DeliveryState, check_transition
+from digest_pipeline.ports import Ledger
+
+S = DeliveryState
+CHUNK = 5_000
+wi = work_items
+
+
+def _chunks(rows: Iterable[dict[str, Any]], size: int = CHUNK) -> Iterator[list[dict[str, Any]]]:
+    it = iter(rows)
+    while chunk := list(islice(it, size)):
+        yield chunk
+
+
+class SqlLedger(Ledger):
+    """The `Ledger` port over an SQLAlchemy engine (schema from `sql_engine.migrate`)."""
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+        self._pg = engine.dialect.name == "postgresql"
+
+    @property
+    def engine(self) -> Engine:
+        return self._engine
+
+    def _insert(self, table: Any) -> postgresql.Insert | sqlite.Insert:
+        return postgresql.insert(table) if self._pg else sqlite.insert(table)
+
+    # -- eligibility -----------------------------------------------------------------------
+    def freeze_snapshot(
+        self, period: Period, run_id: str, selected_at: datetime, entries: Iterable[SnapshotEntry]
+    ) -> SnapshotReceipt:
+        p = str(period)
+        with self._engine.begin() as conn:
+            claimed = conn.execute(
+                self._insert(period_runs)
+                .values(
+                    period=p,
+                    selection_run_id=run_id,
+                    selected_at=selected_at,
+                    eligible_count=0,
+                    fingerprint="",
+                )
+                .on_conflict_do_nothing(index_elements=["period"])
+                .returning(period_runs.c.period)
+            ).first()
+            if claimed is None:
+                existing = self._snapshot_info(conn, period)
+                assert existing is not None
+                return SnapshotReceipt(existing, reused=True)
+            count, total = 0, 0
+
+            def rows() -> Iterator[dict[str, Any]]:
+                nonlocal count, total
+                for e in entries:
+                    count += 1
+                    total += fingerprint_entry(e)
+                    yield {"period": p, "customer_id": e.customer_id, "recipient": e.recipient}
+
+            try:
+                for chunk in _chunks(rows()):
+                    conn.execute(insert(eligibility_snapshot), chunk)
+            except IntegrityError as e:
+                raise ValueError(f"duplicate customer id in the snapshot of {period}") from e
+            conn.execute(
+                update(period_runs)
+                .where(period_runs.c.period == p)
+                .values(eligible_count=count, fingerprint=format_fingerprint(total))
+            )
+            info = self._snapshot_info(conn, period)
+        assert info is not None
+        return SnapshotReceipt(info, reused=False)
+
+    def _snapshot_info(self, conn: Connection, period: Period) -> SnapshotInfo | None:
+        r = (
+            conn.execute(select(period_runs).where(period_runs.c.period == str(period)))
+            .mappings()
+            .first()
+        )
+        if r is None:
+            return None
+        return SnapshotInfo(
+            period=period,
+            selection_run_id=r["selection_run_id"],
+            selected_at=r["selected_at"],
+            eligible_count=r["eligible_count"],
+            fingerprint=r["fingerprint"],
+            enqueued_at=r["enqueued_at"],
+        )
+
+    def snapshot(self, period: Period) -> SnapshotInfo | None:
+        with self._engine.connect() as conn:
+            return self._snapshot_info(conn, period)
+
+    def snapshot_entries(self, period: Period) -> list[SnapshotEntry]:
+        es = eligibility_snapshot
+        q = select(es.c.customer_id, es.c.recipient).where(es.c.period == str(period))
+        with self._engine.connect() as conn:
+            entries = [SnapshotEntry(r.customer_id, r.recipient) for r in conn.execute(q)]
+        return sorted(entries, key=lambda e: e.customer_id)
+
+    def recipient(self, key: OperationKey) -> str | None:
+        es = eligibility_snapshot
+        q = select(es.c.recipient).where(
+            es.c.period == str(key.period), es.c.customer_id == key.customer_id
+        )
+        with self._engine.connect() as conn:
+            return conn.execute(q).scalar_one_or_none()
+
+    # -- generated content -----------------------------------------------------------------
+    def add_digest_rows(self, rows: Iterable[DigestRow]) -> int:
+        written = 0
+        values = (
+            {
+                "operation_key": str(r.key),
+                "period": str(r.key.period),
+                "customer_id": r.key.customer_id,
+                "position": r.position,
+                "payload": r.payload,
+            }
+            for r in rows
+        )
+        with self._engine.begin() as conn:
+            for chunk in _chunks(values):
+                conn.execute(insert(digest_rows), chunk)
+                written += len(chunk)
+        return written
+
+    def digest_rows(self, key: OperationKey) -> list[DigestRow]:
+        q = (
+            select(digest_rows.c.position, digest_rows.c.payload)
+            .where(digest_rows.c.operation_key == str(key))
+            .order_by(digest_rows.c.position, digest_rows.c.row_id)
+        )
+        with self._engine.connect() as conn:
+            return [DigestRow(key, r.position, r.payload) for r in conn.execute(q)]
+
+    # -- work items ------------------------------------------------------------------------
+    def enqueue(self, period: Period, now: datetime) -> EnqueueReceipt:
+        es, p = eligibility_snapshot, str(period)
+        with self._engine.begin() as conn:
+            info = self._snapshot_info(conn, period)
+            if info is None:
+                raise SnapshotMissing(f"period {period} has no frozen eligibility snapshot")
+            source = select(
+                literal(f"{KEY_PREFIX}:{p}:") + es.c.customer_id,
+                es.c.period,
+                es.c.customer_id,
+                literal(S.PENDING.value),
+                literal(0),
+                literal(0),
+                literal(0),
+                literal(now, wi.c.created_at.type),
+                literal(now, wi.c.updated_at.type),
+                literal(now, wi.c.next_attempt_at.type),
+            ).where(es.c.period == p)
+            columns = [
+                "operation_key",
+                "period",
+                "customer_id",
+                "state",
+                "attempts",
+                "budget_used",
+                "lease_token",
+                "created_at",
+                "updated_at",
+                "next_attempt_at",
+            ]
+            stmt = self._insert(wi).from_select(columns, source).on_conflict_do_nothing()
+            created = conn.execute(stmt).rowcount
+            conn.execute(
+                update(period_runs)
+                .where(period_runs.c.period == p, period_runs.c.enqueued_at.is_(None))
+                .values(enqueued_at=now)
+            )
+        return EnqueueReceipt(created=created, existing=info.eligible_count - created)
+
+    def claim_due(
+        self,
+        now: datetime,
+        owner: str,
+        lease: timedelta,
+        limit: int,
+        period: Period | None = None,
+    ) -> list[Claim]:
+        if limit <= 0:
+            return []
+        due = and_(wi.c.state.in_([s.value for s in CLAIMABLE]), wi.c.next_attempt_at <= now)
+        if period is not None:
+            due = and_(due, wi.c.period == str(period))
+        candidates = (
+            select(wi.c.operation_key)
+            .where(due)
+            .order_by(wi.c.next_attempt_at, wi.c.operation_key)
+            .limit(limit)
+            .with_for_update(skip_locked=True)
+            .cte("due")
+        )
+        expires = now + lease
+        stmt = (
+            update(wi)
+            .where(wi.c.operation_key == candidates.c.operation_key, due)
+            .values(
+                state=S.CLAIMED.value,
+                lease_owner=owner,
+                lease_token=wi.c.lease_token + 1,
+                lease_expires_at=expires,
+                first_claimed_at=func.coalesce(wi.c.first_claimed_at, now),
+                next_attempt_at=None,
+                updated_at=now,
+            )
+            .returning(*wi.c)
+        )
+        with self._engine.begin() as conn:
+            rows = conn.execute(stmt).mappings().all()
+        items = sorted((sql_rows.work_item(r) for r in rows), key=lambda i: str(i.key))
+        return [Claim(i, i.lease_token, owner, expires) for i in items]
+
+    def start_attempt(self, claim: Claim, now: datetime) -> AttemptTicket:
+        key = str(claim.key)
+        with self._engine.begin() as conn:
+            number = conn.execute(
+                update(wi)
+                .where(
+                    wi.c.operation_key == key,
+                    wi.c.state == S.CLAIMED.value,
+                    wi.c.lease_token == claim.token,
+                    wi.c.lease_expires_at > now,
+                )
+                .values(
+                    attempts=wi.c.attempts + 1,
+                    budget_used=wi.c.budget_used + 1,
+                    first_attempt_at=func.coalesce(wi.c.first_attempt_at, now),
+                    window_started_at=func.coalesce(wi.c.window_started_at, now),
+                    last_attempt_at=now,
+                    updated_at=now,
+                )
+                .returning(wi.c.attempts)
+            ).scalar_one_or_none()
+            if number is None:
+                self._raise_missing_or_lost(
+                    conn, claim.key, "lease lost before the attempt started"
+                )
+            attempt_id = conn.execute(
+                insert(attempts)
+                .values(
+                    operation_key=key,
+                    number=number,
+                    lease_token=claim.token,
+                    worker=claim.owner,
+                    started_at=now,
+                    duplicate=False,
+                )
+                .returning(attempts.c.attempt_id)
+            ).scalar_one()
+        assert number is not None
+        return AttemptTicket(attempt_id, claim.key, number, claim.token, now)
+
+    def complete(self, ticket: AttemptTicket, outcome: SendOutcome, transition: Transition) -> None:
+        check_transition(transition.expected, transition.target)
+        lost: LostRace | None = None
+        with self._engine.begin() as conn:
+            conn.execute(
+                update(attempts)
+                .where(attempts.c.attempt_id == ticket.attempt_id, attempts.c.finished_at.is_(None))
+                .values(
+                    finished_at=transition.at,
+                    outcome=outcome.label,
+                    detail=outcome.detail[:200],
+                    provider_message_id=outcome.provider_message_id,
+                    duplicate=outcome.duplicate,
+                )
+            )
+            try:
+                self._apply(conn, transition)
+            except LostRace as e:
+                # Commit the closed attempt anyway: it is evidence for reconciliation.
+                lost = e
+        if lost is not None:
+            raise lost
+
+    def apply(self, transition: Transition) -> None:
+        check_transition(transition.expected, transition.target)
+        with self._engine.begin() as conn:
+            self._apply(conn, transition)
+
+    def _apply(self, conn: Connection, t: Transition) -> None:
+        values: dict[str, Any] = {
+            "state": t.target.value,
+            "next_attempt_at": t.next_attempt_at,
+            "updated_at": t.at,
+        }
+        if t.target is not S.CLAIMED:
+            values |= {"lease_owner": None, "lease_expires_at": None}
+        if t.failure_class is not None:
+            values["last_failure_class"] = t.failure_class.value
+        if t.detail is not None:
+            values["last_detail"] = t.detail[:200]
+        if t.provider_message_id is not None:
+            values["provider_message_id"] = t.provider_message_id
+        if t.target is S.SENT:
+            values["sent_at"] = t.at
+        if t.refund_budget:
+            values["budget_used"] = wi.c.budget_used - 1
+        if t.reopen:
+            values |= {"budget_used": 0, "window_started_at": None, "replayed_at": t.at}
+        row = (
+            conn.execute(
+                update(wi)
+                .where(
+                    wi.c.operation_key == str(t.key),
+                    wi.c.state == t.expected.value,
+                    wi.c.lease_token == t.token,
+                )
+                .values(**values)
+                .returning(*wi.c)
+            )
+            .mappings()
+            .first()
+        )
+        if row is None:
+            self._raise_missing_or_lost(
+                conn, t.key, f"expected {t.expected.value} with token {t.token}"
+            )
+        assert row is not None
+        if t.dead_letter_reason is not None:
+            conn.execute(
+                insert(dead_letters).values(
+                    operation_key=str(t.key),
+                    period=str(t.key.period),
+                    customer_id=t.key.customer_id,
+                    reason=t.dead_letter_reason,
+                    last_failure_class=row["last_failure_class"],
+                    attempts=row["attempts"],
+                    first_attempt_at=row["first_attempt_at"],
+                    last_attempt_at=row["last_attempt_at"],
+                    created_at=t.at,
+                )
+            )
+        if t.target is S.PENDING:
+            conn.execute(
+                update(dead_letters)
+                .where(
+                    dead_letters.c.operation_key == str(t.key), dead_letters.c.replayed_at.is_(None)
+                )
+                .values(replayed_at=t.at)
+            )
+        if t.audit is not None:
+            self._insert_audit(
+                conn,
+                AuditEntry(
+                    at=t.at,
+                    actor=t.audit.actor,
+                    action=t.audit.action,
+                    key=t.key,
+                    from_state=t.expected,
+                    to_state=t.target,
+                    reason=t.audit.reason,
+                    period=t.key.period,
+                ),
+            )
+
+    def _raise_missing_or_lost(self, conn: Connection, key: OperationKey, why: str) -> None:
+        found = conn.execute(select(wi.c.state).where(wi.c.operation_key == str(key))).first()
+        if found is None:
+            raise UnknownWorkItem(f"no work item for {key}")
+        raise LostRace(f"{key}: {why}; it is {found.state}")
+
+    def recover_expired_leases(self, now: datetime) -> LeaseRecovery:
+        expired = and_(wi.c.state == S.CLAIMED.value, wi.c.lease_expires_at <= now)
+        open_attempt = exists().where(
+            attempts.c.operation_key == wi.c.operation_key,
+            attempts.c.lease_token == wi.c.lease_token,
+            attempts.c.finished_at.is_(None),
+        )
+        cleared = {"lease_owner": None, "lease_expires_at": None, "updated_at": now}
+        with self._engine.begin() as conn:
+            # Lock the expired claims first, so no worker can start an attempt on one of them
+            # between the check for an open attempt and the move.
+            locked = [
+                r.operation_key
+                for r in conn.execute(
+                    select(wi.c.operation_key).where(expired).with_for_update(skip_locked=True)
+                )
+            ]
+            if not locked:
+                return LeaseRecovery((), ())
+            mine = and_(expired, wi.c.operation_key.in_(locked))
+            unknown = conn.execute(
+                update(wi)
+                .where(mine, open_attempt)
+                .values(
+                    state=S.UNKNOWN.value,
+                    last_failure_class=FailureClass.UNKNOWN.value,
+                    last_detail="lease_expired",
+                    next_attempt_at=None,
+                    **cleared,
+                )
+                .returning(wi.c.operation_key)
+            ).scalars()
+            unknown_keys = sorted(unknown)
+            requeued = conn.execute(
+                update(wi)
+                .where(mine, ~open_attempt)
+                .values(
+                    state=S.RETRY_SCHEDULED.value,
+                    last_detail="lease_expired",
+                    next_attempt_at=now,
+                    **cleared,
+                )
+                .returning(wi.c.operation_key)
+            ).scalars()
+            requeued_keys = sorted(requeued)
+        return LeaseRecovery(
+            tuple(OperationKey.parse(k) for k in requeued_keys),
+            tuple(OperationKey.parse(k) for k in unknown_keys),
+        )
+
+    def get(self, key: OperationKey) -> WorkItem | None:
+        with self._engine.connect() as conn:
+            r = conn.execute(select(wi).where(wi.c.operation_key == str(key))).mappings().first()
+        return sql_rows.work_item(r) if r is not None else None
+
+    def items(
+        self, period: Period, states: Iterable[DeliveryState] | None = None
+    ) -> list[WorkItem]:
+        q = select(wi).where(wi.c.period == str(period))
+        if states is not None:
+            q = q.where(wi.c.state.in_([s.value for s in states]))
+        with self._engine.connect() as conn:
+            items = [sql_rows.work_item(r) for r in conn.execute(q).mappings()]
+        return sorted(items, key=lambda i: str(i.key))
+
+    def attempts(self, key: OperationKey) -> list[Attempt]:
+        q = (
+            select(attempts)
+            .where(attempts.c.operation_key == str(key))
+            .order_by(attempts.c.attempt_id)
+        )
+        with self._engine.connect() as conn:
+            return [sql_rows.attempt(r) for r in conn.execute(q).mappings()]
+
+    def state_counts(self, period: Period) -> dict[DeliveryState, int]:
+        q = select(wi.c.state, func.count()).where(wi.c.period == str(period)).group_by(wi.c.state)
+        with self._engine.connect() as conn:
+            return {DeliveryState(state): n for state, n in conn.execute(q)}
+
+    def attempt_outcome_counts(self, period: Period) -> dict[str, int]:
+        a = attempts
+        of_period = a.c.operation_key.in_(
+            select(wi.c.operation_key).where(wi.c.period == str(period))
+        )
+        outcome = func.coalesce(a.c.outcome, "open")
+        by_outcome = select(outcome, func.count()).where(of_period).group_by(outcome)
+        dupes = select(func.count()).where(of_period, a.c.duplicate.is_(True))
+        with self._engine.connect() as conn:
+            counts: dict[str, int] = {k: n for k, n in conn.execute(by_outcome)}
+            if n_dupes := conn.execute(dupes).scalar_one():
+                counts["duplicate"] = n_dupes
+        return counts
+
+    def open_periods(self) -> list[Period]:
+        q = select(wi.c.period).where(wi.c.state.not_in([s.value for s in TERMINAL])).distinct()
+        with self._engine.connect() as conn:
+            return sorted(Period.parse(p) for p in conn.execute(q).scalars())
+
+    # -- cleanup ---------------------------------------------------------------------------
+    def clean(
+        self, key: OperationKey, token: int, mode: CleanupMode, now: datetime
+    ) -> CleanupReceipt:
+        k = str(key)
+        with self._engine.begin() as conn:
+            if conn.execute(select(wi.c.state).where(wi.c.operation_key == k)).first() is None:
+                raise UnknownWorkItem(f"no work item for {key}")
+            claimed = conn.execute(
+                self._insert(cleanups)
+                .values(
+                    operation_key=k,
+                    period=str(key.period),
+                    mode=mode.value,
+                    rows=0,
+                    claimed_at=now,
+                    completed_at=now,
+                )
+                .on_conflict_do_nothing(index_elements=["operation_key"])
+                .returning(cleanups.c.operation_key)
+            ).first()
+            if claimed is None:
+                return CleanupReceipt(key, "already_cleaned", 0)
+            moved = conn.execute(
+                update(wi)
+                .where(
+                    wi.c.operation_key == k,
+                    wi.c.state == S.SENT.value,
+                    wi.c.lease_token == token,
+                )
+                .values(state=S.CLEANED.value, cleaned_at=now, updated_at=now)
+                .returning(wi.c.operation_key)
+            ).first()
+            if moved is None:
+                # Raising inside the transaction rolls back the cleanup row claimed above.
+                self._raise_missing_or_lost(conn, key, "cleanup needs a sent item")
+            rows = self._remove_rows(conn, k, mode, now)
+            conn.execute(update(cleanups).where(cleanups.c.operation_key == k).values(rows=rows))
+        return CleanupReceipt(key, "cleaned", rows)
+
+    def _remove_rows(self, conn: Connection, key: str, mode: CleanupMode, now: datetime) -> int:
+        dr = digest_rows
+        if mode is CleanupMode.ARCHIVE:
+            names = ["row_id", "operation_key", "period", "customer_id", "position", "payload"]
+            # bind `now` through the archive column's own type so it is stored as UTC
+            source = select(
+                *[dr.c[n] for n in names],
+                literal(now, digest_rows_archive.c.archived_at.type),
+            ).where(dr.c.operation_key == key)
+            conn.execute(insert(digest_rows_archive).from_select([*names, "archived_at"], source))
+        return conn.execute(dr.delete().where(dr.c.operation_key == key)).rowcount
+
+    # -- dead letters, audit, invariants ---------------------------------------------------
+    def dead_letters(self, period: Period) -> list[DeadLetterRecord]:
+        q = (
+            select(dead_letters)
+            .where(dead_letters.c.period == str(period))
+            .order_by(dead_letters.c.dead_letter_id)
+        )
+        with self._engine.connect() as conn:
+            return [sql_rows.dead_letter(r) for r in conn.execute(q).mappings()]
+
+    def record_audit(self, entry: AuditEntry) -> None:
+        with self._engine.begin() as conn:
+            self._insert_audit(conn, entry)
+
+    def _insert_audit(self, conn: Connection, e: AuditEntry) -> None:
+        period = e.period or (e.key.period if e.key else None)
+        conn.execute(
+            insert(audit_log).values(
+                at=e.at,
+                actor=e.actor,
+                action=e.action,
+                period=str(period) if period else None,
+                operation_key=str(e.key) if e.key else None,
+                from_state=e.from_state.value if e.from_state else None,
+                to_state=e.to_state.value if e.to_state else None,
+                reason=e.reason,
+            )
+        )
+
+    def audit_log(self, period: Period | None = None) -> list[AuditEntry]:
+        q = select(audit_log).order_by(audit_log.c.audit_id)
+        if period is not None:
+            q = q.where(audit_log.c.period == str(period))
+        with self._engine.connect() as conn:
+            return [sql_rows.audit_entry(r) for r in conn.execute(q).mappings()]
+
+    def check_invariants(self, period: Period, now: datetime) -> list[InvariantResult]:
+        with self._engine.connect() as conn:
+            return evaluate_invariants(conn, period, now)

@@ -1,0 +1,206 @@
+"""The delivery gate: claim due items, record each attempt before the send, record its outcome.
+
+The outcome's failure class decides the next state through `domain.retry.decide`, and the result
+is written with a compare-and-set on the fencing token. A worker returns only after every claim
+it took has a recorded terminal state, retry schedule or `unknown`.
+"""
+
+import logging
+from collections import Counter
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from digest_pipeline.domain.errors import LostRace, RenderError
+from digest_pipeline.domain.failures import FailureClass, SendOutcome
+from digest_pipeline.domain.model import AttemptTicket, Claim, Transition
+from digest_pipeline.domain.periods import Period
+from digest_pipeline.domain.policy import DeliveryPolicy
+from digest_pipeline.domain.retry import (
+    DeadLetter,
+    DeadLetterReason,
+    Fail,
+    RandomSource,
+    Reconcile,
+    RetryAt,
+    decide,
+)
+from digest_pipeline.domain.states import DeliveryState
+from digest_pipeline.ports import Clock, Composer, Ledger, Mailer
+from digest_pipeline.services.logs import log_event
+
+S = DeliveryState
+
+
+@dataclass
+class DeliveryReport:
+    """What one worker did: claims taken and the state each ended in."""
+
+    claimed: int = 0
+    outcomes: Counter[str] = field(default_factory=Counter)
+    #: claims whose compare-and-set lost to another worker or the lease sweeper
+    lost_races: int = 0
+
+    def merge(self, other: "DeliveryReport") -> None:
+        self.claimed += other.claimed
+        self.outcomes.update(other.outcomes)
+        self.lost_races += other.lost_races
+
+
+@dataclass(frozen=True)
+class Deliverer:
+    """Everything one delivery worker needs; `deliver_due` runs it over the due items."""
+
+    ledger: Ledger
+    mailer: Mailer
+    composer: Composer
+    clock: Clock
+    policy: DeliveryPolicy
+    rand: RandomSource
+    owner: str
+
+    def deliver_one(self, claim: Claim) -> str:
+        """Takes one claim to a recorded state; returns that state (or `lost_race`)."""
+        item, now = claim.item, self.clock.now()
+        closes_at = None if item.replayed_at is not None else self.policy.closes_at(item.period)
+        if closes_at is not None and now >= closes_at:
+            return self._record(
+                claim,
+                None,
+                None,
+                Transition(
+                    claim.key,
+                    S.CLAIMED,
+                    claim.token,
+                    S.DEAD_LETTERED,
+                    now,
+                    detail="window_closed",
+                    dead_letter_reason=DeadLetterReason.WINDOW_CLOSED.value,
+                ),
+            )
+        try:
+            ticket = self.ledger.start_attempt(claim, now)
+        except LostRace as e:
+            log_event("lost_race", logging.WARNING, key=claim.key, step="start", why=e)
+            return "lost_race"
+        outcome = self._send(claim)
+        transition = self._next(claim, outcome, ticket.started_at, closes_at)
+        return self._record(claim, ticket, outcome, transition)
+
+    def _send(self, claim: Claim) -> SendOutcome:
+        recipient = self.ledger.recipient(claim.key)
+        if recipient is None:
+            return SendOutcome.failed(FailureClass.PERMANENT, "no_recipient_in_snapshot")
+        try:
+            message = self.composer.compose(
+                claim.item, recipient, self.ledger.digest_rows(claim.key)
+            )
+        except RenderError:
+            return SendOutcome.failed(FailureClass.PERMANENT, "render_error")
+        try:
+            return self.mailer.send(message, idempotency_key=str(claim.key))
+        except Exception as e:
+            # Mailers classify their own failures; one that raises anyway may have sent, so
+            # the only safe reading is `unknown`, never "not sent".
+            log_event("mailer_raised", logging.ERROR, key=claim.key, error=type(e).__name__)
+            return SendOutcome.failed(FailureClass.UNKNOWN, f"mailer_raised:{type(e).__name__}")
+
+    def _next(
+        self,
+        claim: Claim,
+        outcome: SendOutcome,
+        started_at: datetime,
+        closes_at: datetime | None,
+    ) -> Transition:
+        now = self.clock.now()
+
+        def move(target: DeliveryState, **fields: Any) -> Transition:
+            return Transition(claim.key, S.CLAIMED, claim.token, target, now, **fields)
+
+        fc = outcome.failure_class
+        if fc is None:
+            return move(S.SENT, provider_message_id=outcome.provider_message_id)
+        throttled = fc is FailureClass.THROTTLED
+        item = claim.item
+        decision = decide(
+            fc,
+            # the start of this attempt took one unit; a throttle gives it back
+            budget_used=item.budget_used + (0 if throttled else 1),
+            window_started_at=item.window_started_at or started_at,
+            now=now,
+            policy=self.policy.retry,
+            rand=self.rand,
+            retry_after=outcome.retry_after,
+            delivery_closes_at=closes_at,
+        )
+        failure = {"failure_class": fc, "detail": outcome.detail, "refund_budget": throttled}
+        match decision:
+            case RetryAt(at):
+                return move(S.RETRY_SCHEDULED, next_attempt_at=at, **failure)
+            case DeadLetter(reason) | Fail(reason):
+                target = S.FAILED if isinstance(decision, Fail) else S.DEAD_LETTERED
+                return move(target, dead_letter_reason=reason.value, **failure)
+            case Reconcile():
+                return move(S.UNKNOWN, **failure)
+        raise AssertionError(f"unhandled decision {decision!r}")
+
+    def _record(
+        self,
+        claim: Claim,
+        ticket: AttemptTicket | None,
+        outcome: SendOutcome | None,
+        transition: Transition,
+    ) -> str:
+        try:
+            if ticket is None or outcome is None:
+                self.ledger.apply(transition)
+            else:
+                self.ledger.complete(ticket, outcome, transition)
+        except LostRace as e:
+            log_event("lost_race", logging.WARNING, key=claim.key, step="record", why=e)
+            return "lost_race"
+        log_event(
+            "attempt_recorded",
+            key=claim.key,
+            state=transition.target.value,
+            outcome=outcome.label if outcome else None,
+            detail=transition.detail,
+            attempt=ticket.number if ticket else None,
+            duplicate=True if outcome is not None and outcome.duplicate else None,
+        )
+        return transition.target.value
+
+
+def deliver_due(
+    deliverer: Deliverer,
+    *,
+    batch_size: int,
+    concurrency: int,
+    period: Period | None = None,
+    max_items: int | None = None,
+    should_continue: Callable[[], bool] = lambda: True,
+) -> DeliveryReport:
+    """Claims due items `batch_size` at a time and delivers each batch with bounded concurrency.
+
+    Stops when nothing is due, after `max_items` claims, or when `should_continue` says so.
+    """
+    report = DeliveryReport()
+    with ThreadPoolExecutor(max_workers=max(1, concurrency)) as pool:
+        while should_continue():
+            room = batch_size if max_items is None else min(batch_size, max_items - report.claimed)
+            if room <= 0:
+                break
+            claims = deliverer.ledger.claim_due(
+                deliverer.clock.now(), deliverer.owner, deliverer.policy.lease, room, period
+            )
+            if not claims:
+                break
+            report.claimed += len(claims)
+            for state in pool.map(deliverer.deliver_one, claims):
+                if state == "lost_race":
+                    report.lost_races += 1
+                    continue
+                report.outcomes[state] += 1
+    return report

@@ -1,0 +1,106 @@
+"""The period's numbers for asset metadata, `digest status` and the simulator.
+
+Everything is read from the ledger, so a re-run reports what actually happened, not what one
+process saw.
+"""
+
+from collections import Counter
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from digest_pipeline.domain.failures import FailureClass
+from digest_pipeline.domain.periods import Period
+from digest_pipeline.domain.states import CLAIMABLE, DeliveryState
+from digest_pipeline.ports import Ledger
+
+S = DeliveryState
+
+
+def percentile(values: list[float], q: float) -> float | None:
+    """Nearest-rank percentile (q in [0, 100]); None for no values."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    rank = max(1, -(-len(ordered) * q // 100))  # ceil without floats drifting
+    return ordered[min(len(ordered), int(rank)) - 1]
+
+
+@dataclass(frozen=True)
+class PeriodMetrics:
+    period: Period
+    eligible: int
+    by_state: dict[str, int]
+    attempts: int
+    #: failed attempts of each class divided by all finished attempts
+    retry_rate: dict[str, float]
+    enqueue_to_claim_p50_s: float | None
+    enqueue_to_claim_p95_s: float | None
+    oldest_pending_age_s: float | None
+    #: repeats the provider recognised by idempotency key (not deliveries)
+    duplicates_suppressed: int
+    #: keys with more than one provider-confirmed send (invariant 4; must be 0)
+    duplicate_sends: int
+    cleanup_lag_p50_s: float | None
+    cleanup_lag_max_s: float | None
+    dead_letters: dict[str, int]
+
+    def as_flat_dict(self) -> dict[str, float | int | str | None]:
+        """Scalar metrics with stable names, for metadata and JSON."""
+        flat: dict[str, float | int | str | None] = {
+            "period": str(self.period),
+            "eligible": self.eligible,
+            "attempts": self.attempts,
+            "enqueue_to_claim_p50_s": self.enqueue_to_claim_p50_s,
+            "enqueue_to_claim_p95_s": self.enqueue_to_claim_p95_s,
+            "oldest_pending_age_s": self.oldest_pending_age_s,
+            "duplicates_suppressed": self.duplicates_suppressed,
+            "duplicate_sends": self.duplicate_sends,
+            "cleanup_lag_p50_s": self.cleanup_lag_p50_s,
+            "cleanup_lag_max_s": self.cleanup_lag_max_s,
+            "dead_lettered_rows": sum(self.dead_letters.values()),
+        }
+        flat |= {s: self.by_state.get(s, 0) for s in (st.value for st in DeliveryState)}
+        flat |= {f"retry_rate_{k}": v for k, v in self.retry_rate.items()}
+        return flat
+
+
+def _seconds(deltas: list[timedelta]) -> list[float]:
+    return [d.total_seconds() for d in deltas]
+
+
+def period_metrics(ledger: Ledger, period: Period, now: datetime) -> PeriodMetrics:
+    """Computes the period's metrics from the ledger."""
+    snapshot = ledger.snapshot(period)
+    items = ledger.items(period)
+    outcomes = ledger.attempt_outcome_counts(period)
+    finished = sum(n for k, n in outcomes.items() if k not in ("open", "duplicate"))
+    retry_rate = {
+        fc.value: (outcomes.get(fc.value, 0) / finished if finished else 0.0) for fc in FailureClass
+    }
+    claim_delays = _seconds(
+        [i.first_claimed_at - i.created_at for i in items if i.first_claimed_at is not None]
+    )
+    waiting = [i.created_at for i in items if i.state in CLAIMABLE or i.state is S.CLAIMED]
+    lags = _seconds(
+        [i.cleaned_at - i.sent_at for i in items if i.cleaned_at is not None and i.sent_at]
+    )
+    double_sends = next(
+        r.violations
+        for r in ledger.check_invariants(period, now)
+        if r.name == "at_most_one_send_per_key"
+    )
+    return PeriodMetrics(
+        period=period,
+        eligible=snapshot.eligible_count if snapshot else 0,
+        by_state={s.value: n for s, n in ledger.state_counts(period).items()},
+        attempts=finished + outcomes.get("open", 0),
+        retry_rate=retry_rate,
+        enqueue_to_claim_p50_s=percentile(claim_delays, 50),
+        enqueue_to_claim_p95_s=percentile(claim_delays, 95),
+        oldest_pending_age_s=(now - min(waiting)).total_seconds() if waiting else None,
+        duplicates_suppressed=outcomes.get("duplicate", 0),
+        duplicate_sends=double_sends,
+        cleanup_lag_p50_s=percentile(lags, 50),
+        cleanup_lag_max_s=max(lags) if lags else None,
+        dead_letters=dict(Counter(d.reason for d in ledger.dead_letters(period))),
+    )

@@ -1,0 +1,96 @@
+"""Reconciliation of `unknown` items, in design §2's order: ledger evidence, then the mailer.
+
+An item is moved only on evidence: a confirmed attempt in the ledger, the mailer's lookup, or a
+provider that will deduplicate a resend inside its idempotency window. Without evidence it stays
+`unknown` (visible, rows kept) until its retention runs out and it is dead-lettered.
+"""
+
+import logging
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from digest_pipeline.domain.errors import LostRace
+from digest_pipeline.domain.model import AuditNote, LookupStatus, Transition, WorkItem
+from digest_pipeline.domain.periods import Period
+from digest_pipeline.domain.policy import DeliveryPolicy
+from digest_pipeline.domain.retry import DeadLetterReason
+from digest_pipeline.domain.states import DeliveryState
+from digest_pipeline.ports import Clock, Ledger, Mailer
+from digest_pipeline.services.logs import log_event
+
+S = DeliveryState
+ACTOR = "system:reconcile"
+
+
+@dataclass
+class ReconcileReport:
+    """How the period's `unknown` items were settled, by the state they moved to."""
+
+    examined: int = 0
+    moved: Counter[str] = field(default_factory=Counter)
+    #: evidence used, e.g. `ledger_attempt`, `mailer_lookup_found`, `idempotent_resend`
+    evidence: Counter[str] = field(default_factory=Counter)
+    still_unknown: int = 0
+    lost_races: int = 0
+
+
+def _evidence(
+    ledger: Ledger, mailer: Mailer, policy: DeliveryPolicy, item: WorkItem, now: datetime
+) -> tuple[DeliveryState, str, dict[str, Any]] | None:
+    """The move the evidence supports, as (target, evidence, extra transition fields)."""
+    confirmed = [a for a in ledger.attempts(item.key) if a.outcome == "sent"]
+    if confirmed:
+        pid = confirmed[-1].provider_message_id
+        return S.SENT, "ledger_attempt", {"provider_message_id": pid}
+    found = mailer.lookup(str(item.key))
+    if found.status is LookupStatus.FOUND:
+        return S.SENT, "mailer_lookup_found", {"provider_message_id": found.provider_message_id}
+    if found.status is LookupStatus.NOT_FOUND:
+        return S.RETRY_SCHEDULED, "mailer_lookup_not_found", {"next_attempt_at": now}
+    window = mailer.capabilities.idempotency_window
+    first = item.first_attempt_at
+    # The resend must reach the provider while it still remembers the first send's key; a lease
+    # of margin covers the time between this decision and the resend's claim.
+    if window is not None and first is not None and now + policy.lease < first + window:
+        return S.RETRY_SCHEDULED, "idempotent_resend", {"next_attempt_at": now}
+    if now >= (item.last_attempt_at or item.created_at) + policy.unknown_retention:
+        reason = DeadLetterReason.UNKNOWN_UNRESOLVED.value
+        return S.DEAD_LETTERED, reason, {"dead_letter_reason": reason}
+    return None
+
+
+def reconcile_period(
+    ledger: Ledger, mailer: Mailer, clock: Clock, policy: DeliveryPolicy, period: Period
+) -> ReconcileReport:
+    """Settles what evidence allows among the period's `unknown` items."""
+    report = ReconcileReport()
+    for item in ledger.items(period, [S.UNKNOWN]):
+        report.examined += 1
+        now = clock.now()
+        found = _evidence(ledger, mailer, policy, item, now)
+        if found is None:
+            report.still_unknown += 1
+            continue
+        target, evidence, fields = found
+        try:
+            ledger.apply(
+                Transition(
+                    item.key,
+                    S.UNKNOWN,
+                    item.lease_token,
+                    target,
+                    now,
+                    audit=AuditNote(ACTOR, "reconcile", f"evidence:{evidence}"),
+                    **fields,
+                )
+            )
+        except LostRace as e:
+            report.lost_races += 1
+            log_event("lost_race", logging.WARNING, key=item.key, step="reconcile", why=e)
+            continue
+        report.moved[target.value] += 1
+        report.evidence[evidence] += 1
+        log_event("reconciled", key=item.key, state=target.value, evidence=evidence)
+    return report
