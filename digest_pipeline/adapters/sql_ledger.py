@@ -219,7 +219,11 @@ class SqlLedger(Ledger):
                 "next_attempt_at",
             ]
             stmt = self._insert(wi).from_select(columns, source).on_conflict_do_nothing()
-            created = conn.execute(stmt).rowcount
+            # Drivers disagree on rowcount for INSERT … SELECT … ON CONFLICT; count instead.
+            count = select(func.count()).select_from(wi).where(wi.c.period == p)
+            before = conn.execute(count).scalar_one()
+            conn.execute(stmt)
+            created = conn.execute(count).scalar_one() - before
             conn.execute(
                 update(period_runs)
                 .where(period_runs.c.period == p, period_runs.c.enqueued_at.is_(None))
