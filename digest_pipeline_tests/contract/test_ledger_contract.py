@@ -26,6 +26,7 @@ from digest_pipeline.domain.model import (
 )
 from digest_pipeline.domain.periods import OperationKey, Period
 from digest_pipeline.domain.states import DeliveryState as S
+from digest_pipeline.ports import Ledger
 from digest_pipeline_tests.conftest import T0, W42
 
 LEASE = timedelta(minutes=2)
@@ -43,7 +44,7 @@ def frozen(ledger, n: int = 3, period: Period = W42) -> list[OperationKey]:
     return [key(e.customer_id, period) for e in entries]
 
 
-def claim_one(ledger, k: OperationKey, now=T0, owner="w1") -> Claim:
+def claim_one(ledger: Ledger, k: OperationKey, now=T0, owner="w1") -> Claim:
     claims = [c for c in ledger.claim_due(now, owner, LEASE, 100) if c.key == k]
     assert len(claims) == 1
     return claims[0]

@@ -109,11 +109,11 @@ class StallingMailer(FakeMailer):
 
     def __init__(self, ledger: SqlLedger, clock: FixedClock) -> None:
         super().__init__(idempotent=False, can_lookup=False, clock=clock)
-        self._ledger, self._clock = ledger, clock
+        self._ledger, self._stall_clock = ledger, clock
 
     def send(self, message, *, idempotency_key):
-        self._clock.advance(POLICY.lease + timedelta(seconds=1))
-        assert self._ledger.recover_expired_leases(self._clock.now()).unknown == (message.key,)
+        self._stall_clock.advance(POLICY.lease + timedelta(seconds=1))
+        assert self._ledger.recover_expired_leases(self._stall_clock.now()).unknown == (message.key,)
         return super().send(message, idempotency_key=idempotency_key)
 
 
