@@ -1,0 +1,110 @@
+"""Configuration from `DIGEST_*` environment variables (design §7), validated in one place.
+
+The CLI and the Dagster resources read the same names through `load_settings(environ)`; nothing
+reads the environment at import time. A bad value raises `InvalidSetting` with a one-line message
+that names the variable.
+"""
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import TypeVar
+
+from digest_pipeline.domain.errors import DigestError, InvalidPolicy
+from digest_pipeline.domain.model import CleanupMode
+from digest_pipeline.domain.policy import DeliveryPolicy
+from digest_pipeline.domain.retry import RetryPolicy
+
+T = TypeVar("T")
+MAILERS = ("outbox", "smtp", "http")
+
+
+class InvalidSetting(DigestError, ValueError):
+    """An environment variable holds a value the project cannot use."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    database_url: str
+    mailer: str
+    outbox_dir: Path
+    from_address: str
+    policy: DeliveryPolicy
+    batch_size: int
+    concurrency: int
+    cleanup_mode: CleanupMode
+
+
+def default_database_url(root: Path) -> str:
+    """The embedded default: a SQLite file under `.digest/` in the project folder."""
+    return f"sqlite:///{(root / '.digest' / 'digest.db').resolve()}"
+
+
+def _read(env: Mapping[str, str], name: str, default: T, parse: Callable[[str], T]) -> T:
+    raw = env.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        return parse(raw)
+    except ValueError as e:
+        raise InvalidSetting(f"{name}={raw!r}: {e}") from e
+
+
+def _positive_int(raw: str) -> int:
+    value = int(raw)
+    if value < 1:
+        raise ValueError("must be a whole number of at least 1")
+    return value
+
+
+def _seconds(raw: str) -> timedelta:
+    value = float(raw)
+    if not value > 0:
+        raise ValueError("must be a positive number of seconds")
+    return timedelta(seconds=value)
+
+
+def _choice(options: tuple[str, ...]) -> Callable[[str], str]:
+    def parse(raw: str) -> str:
+        if raw not in options:
+            raise ValueError(f"must be one of {', '.join(options)}")
+        return raw
+
+    return parse
+
+
+def load_settings(env: Mapping[str, str], root: Path) -> Settings:
+    """Reads every `DIGEST_*` setting, with the embedded defaults for anything unset."""
+    base = RetryPolicy()
+    defaults = DeliveryPolicy()
+    try:
+        policy = DeliveryPolicy(
+            retry=RetryPolicy(
+                base=_read(env, "DIGEST_RETRY_BASE_SECONDS", base.base, _seconds),
+                cap=_read(env, "DIGEST_RETRY_CAP_SECONDS", base.cap, _seconds),
+                max_attempts=_read(
+                    env, "DIGEST_RETRY_MAX_ATTEMPTS", base.max_attempts, _positive_int
+                ),
+                max_age=_read(env, "DIGEST_RETRY_MAX_AGE_SECONDS", base.max_age, _seconds),
+            ),
+            lease=_read(env, "DIGEST_LEASE_SECONDS", defaults.lease, _seconds),
+            delivery_window=_read(
+                env, "DIGEST_DELIVERY_WINDOW_SECONDS", defaults.delivery_window, _seconds
+            ),
+            unknown_retention=_read(
+                env, "DIGEST_UNKNOWN_RETENTION_SECONDS", defaults.unknown_retention, _seconds
+            ),
+        )
+    except InvalidPolicy as e:
+        raise InvalidSetting(f"retry settings: {e}") from e
+    return Settings(
+        database_url=_read(env, "DIGEST_DATABASE_URL", default_database_url(root), str),
+        mailer=_read(env, "DIGEST_MAILER", "outbox", _choice(MAILERS)),
+        outbox_dir=_read(env, "DIGEST_OUTBOX_DIR", root / ".digest" / "outbox", Path),
+        from_address=_read(env, "DIGEST_FROM_ADDRESS", "digest@example.com", str),
+        policy=policy,
+        batch_size=_read(env, "DIGEST_BATCH_SIZE", 500, _positive_int),
+        concurrency=_read(env, "DIGEST_CONCURRENCY", 16, _positive_int),
+        cleanup_mode=_read(env, "DIGEST_CLEANUP_MODE", CleanupMode.ARCHIVE, CleanupMode),
+    )
