@@ -113,7 +113,9 @@ class StallingMailer(FakeMailer):
 
     def send(self, message, *, idempotency_key):
         self._stall_clock.advance(POLICY.lease + timedelta(seconds=1))
-        assert self._ledger.recover_expired_leases(self._stall_clock.now()).unknown == (message.key,)
+        assert self._ledger.recover_expired_leases(self._stall_clock.now()).unknown == (
+            message.key,
+        )
         return super().send(message, idempotency_key=idempotency_key)
 
 
