@@ -591,6 +591,13 @@ class FakeLedger(Ledger):
             budget_used=0 if t.reopen else budget,
             window_started_at=None if t.reopen else item.window_started_at,
             replayed_at=t.at if t.reopen else item.replayed_at,
+            dedupe_until=(
+                None
+                if t.reopen or t.clear_dedupe
+                else t.dedupe_until
+                if t.dedupe_until is not None
+                else item.dedupe_until
+            ),
         )
 
         replayed: list[tuple[int, DeadLetterRecord]] = []

@@ -64,6 +64,34 @@ def _chunks(rows: Iterable[dict[str, Any]], size: int = CHUNK) -> Iterator[list[
         yield chunk
 
 
+def _update_values(t: Transition) -> dict[str, Any]:
+    """The columns a transition sets on its work item."""
+    values: dict[str, Any] = {
+        "state": t.target.value,
+        "next_attempt_at": t.next_attempt_at,
+        "updated_at": t.at,
+    }
+    if t.target is not S.CLAIMED:
+        values |= {"lease_owner": None, "lease_expires_at": None}
+    if t.failure_class is not None:
+        values["last_failure_class"] = t.failure_class.value
+    if t.detail is not None:
+        values["last_detail"] = t.detail[:200]
+    if t.provider_message_id is not None:
+        values["provider_message_id"] = t.provider_message_id
+    if t.target is S.SENT:
+        values["sent_at"] = t.at
+    if t.refund_budget:
+        values["budget_used"] = wi.c.budget_used - 1
+    if t.dedupe_until is not None:
+        values["dedupe_until"] = t.dedupe_until
+    if t.reopen:
+        values |= {"budget_used": 0, "window_started_at": None, "replayed_at": t.at}
+    if t.reopen or t.clear_dedupe:
+        values["dedupe_until"] = None
+    return values
+
+
 class SqlLedger(Ledger):
     """The `Ledger` port over an SQLAlchemy engine (schema from `sql_engine.migrate`)."""
 
@@ -341,25 +369,7 @@ class SqlLedger(Ledger):
             self._apply(conn, transition)
 
     def _apply(self, conn: Connection, t: Transition) -> None:
-        values: dict[str, Any] = {
-            "state": t.target.value,
-            "next_attempt_at": t.next_attempt_at,
-            "updated_at": t.at,
-        }
-        if t.target is not S.CLAIMED:
-            values |= {"lease_owner": None, "lease_expires_at": None}
-        if t.failure_class is not None:
-            values["last_failure_class"] = t.failure_class.value
-        if t.detail is not None:
-            values["last_detail"] = t.detail[:200]
-        if t.provider_message_id is not None:
-            values["provider_message_id"] = t.provider_message_id
-        if t.target is S.SENT:
-            values["sent_at"] = t.at
-        if t.refund_budget:
-            values["budget_used"] = wi.c.budget_used - 1
-        if t.reopen:
-            values |= {"budget_used": 0, "window_started_at": None, "replayed_at": t.at}
+        values = _update_values(t)
         row = (
             conn.execute(
                 update(wi)

@@ -37,6 +37,7 @@ def work_item(r: Row) -> WorkItem:
         sent_at=r["sent_at"],
         cleaned_at=r["cleaned_at"],
         replayed_at=r["replayed_at"],
+        dedupe_until=r["dedupe_until"],
     )
 
 

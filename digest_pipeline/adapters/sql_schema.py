@@ -101,6 +101,7 @@ work_items = Table(
     Column("sent_at", UtcDateTime),
     Column("cleaned_at", UtcDateTime),
     Column("replayed_at", UtcDateTime),
+    Column("dedupe_until", UtcDateTime),
     UniqueConstraint("period", "customer_id"),
     CheckConstraint(f"state IN ({STATES})", name="state"),
     CheckConstraint(

@@ -109,6 +109,9 @@ class WorkItem:
     sent_at: datetime | None = None
     cleaned_at: datetime | None = None
     replayed_at: datetime | None = None
+    #: set while a send may already have reached the provider and only its deduplication of the
+    #: key makes a resend safe: no attempt may start after this instant
+    dedupe_until: datetime | None = None
 
     @property
     def period(self) -> Period:
@@ -283,8 +286,12 @@ class Transition:
     audit: AuditNote | None = None
     #: a throttled attempt gives back the budget unit its start took
     refund_budget: bool = False
-    #: replay: reset the retry budget and age window, stamp replayed_at
+    #: replay: reset the retry budget and age window, stamp replayed_at, clear dedupe_until
     reopen: bool = False
+    #: a resend relies on the provider's deduplication until then (set when not None)
+    dedupe_until: datetime | None = None
+    #: evidence says nothing was delivered: the next send needs no deduplication
+    clear_dedupe: bool = False
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from typing import Any
 
 from digest_pipeline.domain.errors import LostRace, RenderError
 from digest_pipeline.domain.failures import FailureClass, SendOutcome
-from digest_pipeline.domain.model import AttemptTicket, Claim, Transition
+from digest_pipeline.domain.model import AttemptTicket, AuditNote, Claim, Transition
 from digest_pipeline.domain.periods import Period
 from digest_pipeline.domain.policy import DeliveryPolicy
 from digest_pipeline.domain.retry import (
@@ -65,29 +65,83 @@ class Deliverer:
         """Takes one claim to a recorded state; returns that state (or `lost_race`)."""
         item, now = claim.item, self.clock.now()
         closes_at = None if item.replayed_at is not None else self.policy.closes_at(item.period)
-        if closes_at is not None and now >= closes_at:
+        closed = closes_at is not None and now >= closes_at
+        if item.dedupe_until is not None and (
+            closed or now + self.policy.lease >= item.dedupe_until
+        ):
+            # A resend that only the provider's deduplication made safe, and that guarantee
+            # (or the delivery window) has run out: back to `unknown`, never a blind send.
+            return self._record(
+                claim, None, None, self._move(claim, S.UNKNOWN, now, detail="dedupe_window_passed")
+            )
+        if closed:
             return self._record(
                 claim,
                 None,
                 None,
-                Transition(
-                    claim.key,
-                    S.CLAIMED,
-                    claim.token,
+                self._move(
+                    claim,
                     S.DEAD_LETTERED,
                     now,
                     detail="window_closed",
                     dead_letter_reason=DeadLetterReason.WINDOW_CLOSED.value,
                 ),
             )
+        if item.attempts and (confirmed := self._confirmed_attempt(claim)) is not None:
+            return self._record(claim, None, None, confirmed)
         try:
             ticket = self.ledger.start_attempt(claim, now)
         except LostRace as e:
-            log_event("lost_race", logging.WARNING, key=claim.key, step="start", why=e)
-            return "lost_race"
+            return self._release(claim, e)
         outcome = self._send(claim)
         transition = self._next(claim, outcome, ticket.started_at, closes_at)
         return self._record(claim, ticket, outcome, transition)
+
+    def _move(
+        self, claim: Claim, target: DeliveryState, now: datetime, **fields: Any
+    ) -> Transition:
+        return Transition(claim.key, S.CLAIMED, claim.token, target, now, **fields)
+
+    def _confirmed_attempt(self, claim: Claim) -> Transition | None:
+        """Ledger first: a retry whose earlier attempt was confirmed late is not sent again."""
+        confirmed = [a for a in self.ledger.attempts(claim.key) if a.outcome == "sent"]
+        if not confirmed:
+            return None
+        return self._move(
+            claim,
+            S.SENT,
+            self.clock.now(),
+            provider_message_id=confirmed[-1].provider_message_id,
+            detail="reconciled:ledger_attempt",
+            audit=AuditNote("system:reconcile", "reconcile", "evidence:ledger_attempt"),
+        )
+
+    def _release(self, claim: Claim, lost: LostRace) -> str:
+        """A claim whose lease ran out before its attempt started goes back to the queue."""
+        now = self.clock.now()
+        current = self.ledger.get(claim.key)
+        if (
+            current is not None
+            and current.state is S.CLAIMED
+            and current.lease_token == claim.token
+        ):
+            try:
+                self.ledger.apply(
+                    self._move(
+                        claim,
+                        S.RETRY_SCHEDULED,
+                        now,
+                        next_attempt_at=now,
+                        detail="lease_expired_before_attempt",
+                    )
+                )
+            except LostRace:
+                pass
+            else:
+                log_event("released", key=claim.key, reason="lease_expired_before_attempt")
+                return S.RETRY_SCHEDULED.value
+        log_event("lost_race", logging.WARNING, key=claim.key, step="start", why=lost)
+        return "lost_race"
 
     def _send(self, claim: Claim) -> SendOutcome:
         recipient = self.ledger.recipient(claim.key)
@@ -99,6 +153,11 @@ class Deliverer:
             )
         except RenderError:
             return SendOutcome.failed(FailureClass.PERMANENT, "render_error")
+        except Exception as e:
+            # Rendering happens before anything leaves, so a composer bug is permanent for this
+            # item (replayable once fixed) and must not stop the rest of the batch.
+            log_event("render_raised", logging.ERROR, key=claim.key, error=type(e).__name__)
+            return SendOutcome.failed(FailureClass.PERMANENT, f"render_raised:{type(e).__name__}")
         try:
             return self.mailer.send(message, idempotency_key=str(claim.key))
         except Exception as e:
@@ -117,7 +176,7 @@ class Deliverer:
         now = self.clock.now()
 
         def move(target: DeliveryState, **fields: Any) -> Transition:
-            return Transition(claim.key, S.CLAIMED, claim.token, target, now, **fields)
+            return self._move(claim, target, now, **fields)
 
         fc = outcome.failure_class
         if fc is None:
@@ -186,8 +245,10 @@ def deliver_due(
 
     Stops when nothing is due, after `max_items` claims, or when `should_continue` says so.
     """
+    if batch_size < 1 or concurrency < 1:
+        raise ValueError("batch_size and concurrency must be at least 1")
     report = DeliveryReport()
-    with ThreadPoolExecutor(max_workers=max(1, concurrency)) as pool:
+    with ThreadPoolExecutor(max_workers=concurrency) as pool:
         while should_continue():
             room = batch_size if max_items is None else min(batch_size, max_items - report.claimed)
             if room <= 0:

@@ -48,13 +48,22 @@ def _evidence(
     if found.status is LookupStatus.FOUND:
         return S.SENT, "mailer_lookup_found", {"provider_message_id": found.provider_message_id}
     if found.status is LookupStatus.NOT_FOUND:
-        return S.RETRY_SCHEDULED, "mailer_lookup_not_found", {"next_attempt_at": now}
+        fields = {"next_attempt_at": now, "clear_dedupe": True}
+        return S.RETRY_SCHEDULED, "mailer_lookup_not_found", fields
     window = mailer.capabilities.idempotency_window
     first = item.first_attempt_at
+    still_deliverable = item.replayed_at is not None or now < policy.closes_at(item.period)
     # The resend must reach the provider while it still remembers the first send's key; a lease
-    # of margin covers the time between this decision and the resend's claim.
-    if window is not None and first is not None and now + policy.lease < first + window:
-        return S.RETRY_SCHEDULED, "idempotent_resend", {"next_attempt_at": now}
+    # of margin covers the time between this decision and the resend's attempt, and the
+    # deliverer re-checks `dedupe_until` before it sends.
+    if (
+        window is not None
+        and first is not None
+        and still_deliverable
+        and now + policy.lease < first + window
+    ):
+        fields = {"next_attempt_at": now, "dedupe_until": first + window}
+        return S.RETRY_SCHEDULED, "idempotent_resend", fields
     if now >= (item.last_attempt_at or item.created_at) + policy.unknown_retention:
         reason = DeadLetterReason.UNKNOWN_UNRESOLVED.value
         return S.DEAD_LETTERED, reason, {"dead_letter_reason": reason}
@@ -82,6 +91,7 @@ def reconcile_period(
                     item.lease_token,
                     target,
                     now,
+                    detail=f"reconciled:{evidence}",
                     audit=AuditNote(ACTOR, "reconcile", f"evidence:{evidence}"),
                     **fields,
                 )

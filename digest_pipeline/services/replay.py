@@ -99,7 +99,8 @@ def replay_keys(
     cap: int = DEFAULT_REPLAY_CAP,
 ) -> ReplayReport:
     """Replays the given keys of one period (or says what it would do, with `dry_run`)."""
-    if not operator.strip() or not reason.strip():
+    operator, reason = operator.strip(), reason.strip()
+    if not operator or not reason:
         raise ReplayRefused("a replay needs an operator and a reason")
     items = _validate(ledger, period, keys, cap)
     lines = []
@@ -120,7 +121,7 @@ def replay_keys(
                     next_attempt_at=now,
                     detail="replayed",
                     reopen=True,
-                    audit=AuditNote(operator, "replay", f"{reason.strip()} ({evidence})"),
+                    audit=AuditNote(operator, "replay", f"{reason} ({evidence})"),
                 )
             )
         else:
@@ -132,7 +133,7 @@ def replay_keys(
                     item.key,
                     item.state,
                     item.state,
-                    f"{reason.strip()} (evidence:{evidence})",
+                    f"{reason} (evidence:{evidence})",
                     period,
                 )
             )

@@ -20,7 +20,8 @@ def resolve_unknown(
     """Moves an `unknown` item to `sent` or back to `retry_scheduled` (due now); audited."""
     if not reason.strip():
         raise ResolveRefused("a resolution needs a reason")
-    if not operator.strip():
+    operator = operator.strip()
+    if not operator:
         raise ResolveRefused("a resolution needs an operator")
     item = ledger.get(key)
     if item is None:
@@ -38,6 +39,8 @@ def resolve_unknown(
             now,
             next_attempt_at=None if sent else now,
             detail="resolved_sent" if sent else "resolved_not_sent",
+            # the operator's word is the evidence: the resend needs no deduplication
+            clear_dedupe=not sent,
             audit=AuditNote(operator, "resolve", reason.strip()),
         )
     )

@@ -294,6 +294,39 @@ class TestTransitions:
         item = ledger.get(k)
         assert (item.attempts, item.budget_used) == (1, 0)
 
+    def test_a_dedupe_deadline_is_kept_until_evidence_or_replay_clears_it(self, ledger):
+        k = frozen(ledger, 1)[0]
+        c = claim_one(ledger, k)
+        send(
+            ledger,
+            c,
+            SendOutcome.failed(FailureClass.UNKNOWN, "timeout"),
+            S.UNKNOWN,
+            failure_class=FailureClass.UNKNOWN,
+        )
+        until = T0 + timedelta(hours=24)
+        ledger.apply(
+            Transition(
+                k, S.UNKNOWN, c.token, S.RETRY_SCHEDULED, T0, next_attempt_at=T0, dedupe_until=until
+            )
+        )
+        again = claim_one(ledger, k)
+        assert again.item.dedupe_until == until
+        ledger.apply(Transition(k, S.CLAIMED, again.token, S.UNKNOWN, T0))
+        assert ledger.get(k).dedupe_until == until
+        ledger.apply(
+            Transition(
+                k,
+                S.UNKNOWN,
+                again.token,
+                S.RETRY_SCHEDULED,
+                T0,
+                next_attempt_at=T0,
+                clear_dedupe=True,
+            )
+        )
+        assert ledger.get(k).dedupe_until is None
+
     def test_audit_rows_can_be_recorded_without_a_move(self, ledger):
         ledger.record_audit(AuditEntry(T0, "bob", "note", None, None, None, "checked", W42))
         [entry] = ledger.audit_log()

@@ -20,6 +20,7 @@ from digest_pipeline.domain.policy import DeliveryPolicy
 from digest_pipeline.domain.states import DeliveryState as S
 from digest_pipeline.services.cleanup import clean_period
 from digest_pipeline.services.deliver import Deliverer, deliver_due
+from digest_pipeline.services.resolve import resolve_unknown
 from digest_pipeline.services.sweep import sweep
 from digest_pipeline_tests.conftest import W42
 from digest_pipeline_tests.fakes import FakeComposer, FakeMailer, FixedClock, WorkerCrash
@@ -177,4 +178,18 @@ def test_timeout_with_no_way_to_reconcile_stays_unknown_and_keeps_its_rows(sql_l
     assert sql_ledger.dead_letters(W42)[0].reason == "unknown_unresolved"
     assert len(sql_ledger.digest_rows(keys[0])) == 2
     assert mailer.deliveries_for(keys[0]) == 1
+    assert all(r.passed for r in sql_ledger.check_invariants(W42, clock.now()))
+
+
+def test_a_retry_whose_earlier_attempt_was_confirmed_late_is_not_sent_again(sql_ledger, clock):
+    keys = seeded(sql_ledger, clock, 1)
+    mailer = StallingMailer(sql_ledger, clock)
+    [claim] = sql_ledger.claim_due(clock.now(), "slow", POLICY.lease, 1)
+    assert worker(sql_ledger, mailer, clock, "slow").deliver_one(claim) == "lost_race"
+    # an operator resolves "not sent" without reading the attempt history
+    resolve_unknown(sql_ledger, clock, keys[0], sent=False, reason="looked lost", operator="op")
+    sweep(worker(sql_ledger, mailer, clock, "sweeper"), batch_size=5, concurrency=1)
+    # the ledger's own confirmed attempt settles it before any second send
+    assert mailer.deliveries_for(keys[0]) == 1
+    assert sql_ledger.get(keys[0]).state is S.CLEANED
     assert all(r.passed for r in sql_ledger.check_invariants(W42, clock.now()))

@@ -230,6 +230,11 @@ def upgrade() -> None:
             digest_pipeline.adapters.sql_types.UtcDateTime(timezone=True),
             nullable=True,
         ),
+        sa.Column(
+            "dedupe_until",
+            digest_pipeline.adapters.sql_types.UtcDateTime(timezone=True),
+            nullable=True,
+        ),
         sa.CheckConstraint(
             "last_failure_class IS NULL OR last_failure_class IN ('transient', 'throttled', 'permanent', 'unknown')",
             name=op.f("ck_work_items_last_failure_class"),
