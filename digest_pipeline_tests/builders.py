@@ -55,6 +55,29 @@ def digest_rows_for(key: OperationKey, n: int, count: int = ROWS_PER_CUSTOMER) -
     ]
 
 
+def seed_period(
+    ledger: Ledger,
+    count: int,
+    *,
+    period: Period = W42,
+    now: datetime = T0,
+    rows_per_customer: int = ROWS_PER_CUSTOMER,
+    enqueue: bool = True,
+) -> list[OperationKey]:
+    """Freezes customers 1..count for `period`, stores their rows and (by default) enqueues one
+    pending item each, all at `now`; returns their operation keys."""
+    numbers = range(1, count + 1)
+    ledger.freeze_snapshot(
+        period, "run-snapshot", now, [SnapshotEntry(customer_id(n), email_of(n)) for n in numbers]
+    )
+    ledger.add_digest_rows(
+        row for n in numbers for row in digest_rows_for(key_of(n, period), n, rows_per_customer)
+    )
+    if enqueue:
+        ledger.enqueue(period, now)
+    return [key_of(n, period) for n in numbers]
+
+
 def frozen_ledger(
     count: int,
     *,
@@ -64,17 +87,16 @@ def frozen_ledger(
     enqueue: bool = True,
     ledger: FakeLedger | None = None,
 ) -> FakeLedger:
-    """A ledger with customers 1..count frozen for `period`, their rows stored and (by default)
-    one pending item each, all created at `now`."""
+    """A fake ledger seeded by `seed_period`."""
     ledger = ledger if ledger is not None else FakeLedger()
-    numbers = range(1, count + 1)
-    ledger.freeze_snapshot(
-        period, "run-snapshot", now, [SnapshotEntry(customer_id(n), email_of(n)) for n in numbers]
+    seed_period(
+        ledger,
+        count,
+        period=period,
+        now=now,
+        rows_per_customer=rows_per_customer,
+        enqueue=enqueue,
     )
-    for n in numbers:
-        ledger.add_digest_rows(digest_rows_for(key_of(n, period), n, rows_per_customer))
-    if enqueue:
-        ledger.enqueue(period, now)
     return ledger
 
 

@@ -57,6 +57,17 @@ def send(ledger, claim: Claim, outcome: SendOutcome, target: S, now=T0, **fields
     )
 
 
+def time_out(ledger: Ledger, claim: Claim) -> None:
+    """An attempt that timed out after the request left: the item becomes `unknown`."""
+    send(
+        ledger,
+        claim,
+        SendOutcome.failed(FailureClass.UNKNOWN, "timeout"),
+        S.UNKNOWN,
+        failure_class=FailureClass.UNKNOWN,
+    )
+
+
 def snapshot_of(ledger, period: Period = W42):
     return (
         ledger.items(period),
@@ -297,13 +308,7 @@ class TestTransitions:
     def test_a_dedupe_deadline_is_kept_until_evidence_or_replay_clears_it(self, ledger):
         k = frozen(ledger, 1)[0]
         c = claim_one(ledger, k)
-        send(
-            ledger,
-            c,
-            SendOutcome.failed(FailureClass.UNKNOWN, "timeout"),
-            S.UNKNOWN,
-            failure_class=FailureClass.UNKNOWN,
-        )
+        time_out(ledger, c)
         until = T0 + timedelta(hours=24)
         ledger.apply(
             Transition(
@@ -370,13 +375,7 @@ class TestCleanup:
         a = frozen(ledger, 1)[0]
         ledger.add_digest_rows([DigestRow(a, 0, {"title": "x"})])
         c = claim_one(ledger, a)
-        send(
-            ledger,
-            c,
-            SendOutcome.failed(FailureClass.UNKNOWN, "timeout"),
-            S.UNKNOWN,
-            failure_class=FailureClass.UNKNOWN,
-        )
+        time_out(ledger, c)
         with pytest.raises(LostRace):
             ledger.clean(a, c.token, CleanupMode.DELETE, T0)
         assert len(ledger.digest_rows(a)) == 1
@@ -410,13 +409,7 @@ class TestInvariants:
         claims = {cl.key: cl for cl in ledger.claim_due(T0, "w1", LEASE, 10)}
         send(ledger, claims[a], SendOutcome.sent("pm"), S.SENT)
         ledger.clean(a, claims[a].token, CleanupMode.ARCHIVE, T0)
-        send(
-            ledger,
-            claims[b],
-            SendOutcome.failed(FailureClass.UNKNOWN, "timeout"),
-            S.UNKNOWN,
-            failure_class=FailureClass.UNKNOWN,
-        )
+        time_out(ledger, claims[b])
         send(
             ledger,
             claims[c],
@@ -437,13 +430,7 @@ class TestInvariants:
     def test_a_timeout_moved_on_without_reconciliation_is_detected(self, ledger):
         a = frozen(ledger, 1)[0]
         c = claim_one(ledger, a)
-        send(
-            ledger,
-            c,
-            SendOutcome.failed(FailureClass.UNKNOWN, "timeout"),
-            S.UNKNOWN,
-            failure_class=FailureClass.UNKNOWN,
-        )
+        time_out(ledger, c)
         # a move out of `unknown` with no reconcile/resolve audit row is a silent timeout
         ledger.apply(Transition(a, S.UNKNOWN, c.token, S.RETRY_SCHEDULED, T0, next_attempt_at=T0))
         result = {r.name: r for r in ledger.check_invariants(W42, T0)}["no_silent_timeout"]
@@ -452,13 +439,7 @@ class TestInvariants:
     def test_a_reconciled_timeout_passes(self, ledger):
         a = frozen(ledger, 1)[0]
         c = claim_one(ledger, a)
-        send(
-            ledger,
-            c,
-            SendOutcome.failed(FailureClass.UNKNOWN, "timeout"),
-            S.UNKNOWN,
-            failure_class=FailureClass.UNKNOWN,
-        )
+        time_out(ledger, c)
         ledger.apply(
             Transition(
                 a,

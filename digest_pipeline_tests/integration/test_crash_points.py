@@ -5,7 +5,6 @@ operation key (counted by the provider), at most one cleanup, a visible state fo
 no timeout recorded as "not sent".
 """
 
-import random
 import threading
 from datetime import timedelta
 
@@ -14,7 +13,7 @@ from sqlalchemy import func, select
 
 from digest_pipeline.adapters.sql_ledger import SqlLedger
 from digest_pipeline.adapters.sql_schema import cleanups, digest_rows, digest_rows_archive
-from digest_pipeline.domain.model import CleanupMode, DigestRow, SnapshotEntry
+from digest_pipeline.domain.model import CleanupMode
 from digest_pipeline.domain.periods import OperationKey
 from digest_pipeline.domain.policy import DeliveryPolicy
 from digest_pipeline.domain.states import DeliveryState as S
@@ -22,24 +21,20 @@ from digest_pipeline.services.cleanup import clean_period
 from digest_pipeline.services.deliver import Deliverer, deliver_due
 from digest_pipeline.services.resolve import resolve_unknown
 from digest_pipeline.services.sweep import sweep
+from digest_pipeline_tests.builders import make_deliverer, seed_period
 from digest_pipeline_tests.conftest import W42
-from digest_pipeline_tests.fakes import FakeComposer, FakeMailer, FixedClock, WorkerCrash
+from digest_pipeline_tests.fakes import FakeMailer, FixedClock, WorkerCrash
 
 POLICY = DeliveryPolicy()
 N = 6
 
 
 def seeded(ledger: SqlLedger, clock: FixedClock, n: int = N) -> list[OperationKey]:
-    entries = [SnapshotEntry(f"customer-{i}", f"c{i}@example.test") for i in range(n)]
-    ledger.freeze_snapshot(W42, "run-1", clock.now(), entries)
-    ledger.enqueue(W42, clock.now())
-    keys = [OperationKey(W42, e.customer_id) for e in entries]
-    ledger.add_digest_rows(DigestRow(k, p, {"title": f"pick {p}"}) for k in keys for p in range(2))
-    return keys
+    return seed_period(ledger, n, now=clock.now())
 
 
 def worker(ledger, mailer, clock, owner="w1") -> Deliverer:
-    return Deliverer(ledger, mailer, FakeComposer(), clock, POLICY, random.Random(7).random, owner)
+    return make_deliverer(ledger, mailer, clock, policy=POLICY, owner=owner)
 
 
 def settle(ledger, mailer, clock) -> None:

@@ -14,14 +14,14 @@ from sqlalchemy import func, select
 
 from digest_pipeline.adapters.sql_ledger import SqlLedger
 from digest_pipeline.adapters.sql_schema import cleanups, digest_rows_archive
-from digest_pipeline.domain.model import CleanupMode, DigestRow, SnapshotEntry
-from digest_pipeline.domain.periods import OperationKey
+from digest_pipeline.domain.model import CleanupMode
 from digest_pipeline.domain.policy import DeliveryPolicy
 from digest_pipeline.domain.states import DeliveryState as S
 from digest_pipeline.services.cleanup import clean_period
 from digest_pipeline.services.deliver import Deliverer, DeliveryReport, deliver_due
+from digest_pipeline_tests.builders import make_deliverer, seed_period
 from digest_pipeline_tests.conftest import W42
-from digest_pipeline_tests.fakes import FakeComposer, FakeMailer, FixedClock
+from digest_pipeline_tests.fakes import FakeComposer, FakeMailer
 
 THREADS = 8
 
@@ -45,15 +45,6 @@ def run_concurrently(n: int, target: Callable[[int], None]) -> None:
     assert errors == []
 
 
-def seeded(ledger: SqlLedger, clock: FixedClock, n: int) -> list[OperationKey]:
-    entries = [SnapshotEntry(f"customer-{i:05d}", f"c{i}@example.test") for i in range(n)]
-    ledger.freeze_snapshot(W42, "run-1", clock.now(), entries)
-    ledger.enqueue(W42, clock.now())
-    keys = [OperationKey(W42, e.customer_id) for e in entries]
-    ledger.add_digest_rows(DigestRow(k, 0, {"title": "pick"}) for k in keys)
-    return keys
-
-
 @pytest.mark.parametrize(
     ("backend", "items"),
     [("sqlite", 300), pytest.param("postgres", 2_000, marks=pytest.mark.integration)],
@@ -62,7 +53,7 @@ def test_concurrent_workers_claim_and_complete_each_item_exactly_once(
     backend, items, sql_engine_factory, clock
 ):
     ledger = SqlLedger(sql_engine_factory(backend))
-    keys = seeded(ledger, clock, items)
+    keys = seed_period(ledger, items, now=clock.now(), rows_per_customer=1)
     mailer = FakeMailer(idempotent=False, clock=clock)  # counts every delivery it is handed
     reports: list[DeliveryReport] = []
 
@@ -97,11 +88,10 @@ def test_concurrent_workers_claim_and_complete_each_item_exactly_once(
 )
 def test_concurrent_cleanups_clean_each_key_once(backend, items, sql_engine_factory, clock):
     ledger = SqlLedger(sql_engine_factory(backend))
-    seeded(ledger, clock, items)
-    deliverer = Deliverer(
-        ledger, FakeMailer(clock=clock), FakeComposer(), clock, DeliveryPolicy(), random.random, "w"
+    seed_period(ledger, items, now=clock.now(), rows_per_customer=1)
+    deliver_due(
+        make_deliverer(ledger, FakeMailer(clock=clock), clock), batch_size=100, concurrency=4
     )
-    deliver_due(deliverer, batch_size=100, concurrency=4)
     cleaned: list[int] = []
     run_concurrently(
         4,
