@@ -29,6 +29,7 @@ from digest_pipeline.domain.retry import (
 )
 from digest_pipeline.domain.states import DeliveryState
 from digest_pipeline.ports import Clock, Composer, Ledger, Mailer
+from digest_pipeline.services.evidence import confirmed_attempt
 from digest_pipeline.services.logs import log_event
 
 S = DeliveryState
@@ -104,14 +105,14 @@ class Deliverer:
 
     def _confirmed_attempt(self, claim: Claim) -> Transition | None:
         """Ledger first: a retry whose earlier attempt was confirmed late is not sent again."""
-        confirmed = [a for a in self.ledger.attempts(claim.key) if a.outcome == "sent"]
-        if not confirmed:
+        confirmed = confirmed_attempt(self.ledger, claim.key)
+        if confirmed is None:
             return None
         return self._move(
             claim,
             S.SENT,
             self.clock.now(),
-            provider_message_id=confirmed[-1].provider_message_id,
+            provider_message_id=confirmed.provider_message_id,
             detail="reconciled:ledger_attempt",
             audit=AuditNote("system:reconcile", "reconcile", "evidence:ledger_attempt"),
         )

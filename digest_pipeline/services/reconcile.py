@@ -18,6 +18,7 @@ from digest_pipeline.domain.policy import DeliveryPolicy
 from digest_pipeline.domain.retry import DeadLetterReason
 from digest_pipeline.domain.states import DeliveryState
 from digest_pipeline.ports import Clock, Ledger, Mailer
+from digest_pipeline.services.evidence import confirmed_attempt
 from digest_pipeline.services.logs import log_event
 
 S = DeliveryState
@@ -40,9 +41,8 @@ def _evidence(
     ledger: Ledger, mailer: Mailer, policy: DeliveryPolicy, item: WorkItem, now: datetime
 ) -> tuple[DeliveryState, str, dict[str, Any]] | None:
     """The move the evidence supports, as (target, evidence, extra transition fields)."""
-    confirmed = [a for a in ledger.attempts(item.key) if a.outcome == "sent"]
-    if confirmed:
-        pid = confirmed[-1].provider_message_id
+    if (confirmed := confirmed_attempt(ledger, item.key)) is not None:
+        pid = confirmed.provider_message_id
         return S.SENT, "ledger_attempt", {"provider_message_id": pid}
     found = mailer.lookup(str(item.key))
     if found.status is LookupStatus.FOUND:

@@ -19,6 +19,7 @@ from digest_pipeline.domain.model import (
 from digest_pipeline.domain.periods import OperationKey, Period
 from digest_pipeline.domain.states import REPLAYABLE, DeliveryState
 from digest_pipeline.ports import Clock, Ledger, Mailer
+from digest_pipeline.services.evidence import confirmed_attempt
 from digest_pipeline.services.logs import log_event
 
 S = DeliveryState
@@ -78,7 +79,7 @@ def _validate(ledger: Ledger, period: Period, keys: list[OperationKey], cap: int
 
 
 def _plan(ledger: Ledger, mailer: Mailer, item: WorkItem) -> tuple[ReplayPlan, str]:
-    if any(a.outcome == "sent" for a in ledger.attempts(item.key)):
+    if confirmed_attempt(ledger, item.key) is not None:
         return ReplayPlan.ALREADY_DELIVERED, "ledger_attempt"
     lookup = mailer.lookup(str(item.key))
     if lookup.status is LookupStatus.FOUND:

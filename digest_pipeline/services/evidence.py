@@ -1,0 +1,11 @@
+"""Ledger evidence of delivery: the first place reconciliation, replay and retries look."""
+
+from digest_pipeline.domain.model import Attempt
+from digest_pipeline.domain.periods import OperationKey
+from digest_pipeline.ports import Ledger
+
+
+def confirmed_attempt(ledger: Ledger, key: OperationKey) -> Attempt | None:
+    """The latest attempt the provider confirmed for the key, even one that lost its race."""
+    confirmed = [a for a in ledger.attempts(key) if a.outcome == "sent"]
+    return confirmed[-1] if confirmed else None
