@@ -29,7 +29,7 @@ from digest_pipeline.domain.retry import (
 )
 from digest_pipeline.domain.states import DeliveryState
 from digest_pipeline.ports import Clock, Composer, Ledger, Mailer
-from digest_pipeline.services.evidence import confirmed_attempt
+from digest_pipeline.services.evidence import RECONCILE_ACTOR, confirmed_attempt
 from digest_pipeline.services.logs import log_event
 
 S = DeliveryState
@@ -114,7 +114,7 @@ class Deliverer:
             self.clock.now(),
             provider_message_id=confirmed.provider_message_id,
             detail="reconciled:ledger_attempt",
-            audit=AuditNote("system:reconcile", "reconcile", "evidence:ledger_attempt"),
+            audit=AuditNote(RECONCILE_ACTOR, "reconcile", "evidence:ledger_attempt"),
         )
 
     def _release(self, claim: Claim, lost: LostRace) -> str:

@@ -4,6 +4,9 @@ from digest_pipeline.domain.model import Attempt
 from digest_pipeline.domain.periods import OperationKey
 from digest_pipeline.ports import Ledger
 
+#: the audit actor of every automatic reconciliation
+RECONCILE_ACTOR = "system:reconcile"
+
 
 def confirmed_attempt(ledger: Ledger, key: OperationKey) -> Attempt | None:
     """The latest attempt the provider confirmed for the key, even one that lost its race."""

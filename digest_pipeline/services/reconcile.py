@@ -18,11 +18,11 @@ from digest_pipeline.domain.policy import DeliveryPolicy
 from digest_pipeline.domain.retry import DeadLetterReason
 from digest_pipeline.domain.states import DeliveryState
 from digest_pipeline.ports import Clock, Ledger, Mailer
-from digest_pipeline.services.evidence import confirmed_attempt
+from digest_pipeline.services.evidence import RECONCILE_ACTOR, confirmed_attempt
 from digest_pipeline.services.logs import log_event
 
 S = DeliveryState
-ACTOR = "system:reconcile"
+ACTOR = RECONCILE_ACTOR
 
 
 @dataclass
