@@ -6,7 +6,7 @@ that names the variable.
 """
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 from typing import TypeVar
@@ -24,6 +24,32 @@ class InvalidSetting(DigestError, ValueError):
     """An environment variable holds a value the project cannot use."""
 
 
+SMTP_SECURITY = ("none", "starttls", "tls")
+
+
+@dataclass(frozen=True)
+class SmtpSettings:
+    """`DIGEST_SMTP_*`: the relay the SMTP mailer talks to."""
+
+    host: str
+    port: int
+    username: str | None
+    password: str | None = field(repr=False)
+    security: str
+    timeout_seconds: float
+
+
+@dataclass(frozen=True)
+class ProviderSettings:
+    """`DIGEST_PROVIDER_*`: a Resend-style HTTP email API that honours `Idempotency-Key`."""
+
+    url: str
+    api_key: str = field(repr=False)
+    timeout_seconds: float
+    #: how long the provider deduplicates a repeated idempotency key
+    idempotency_window: timedelta
+
+
 @dataclass(frozen=True)
 class Settings:
     database_url: str
@@ -34,6 +60,11 @@ class Settings:
     batch_size: int
     concurrency: int
     cleanup_mode: CleanupMode
+    #: `{customer_id}` and `{token}` are filled in per customer (RFC 8058 one-click link)
+    unsubscribe_url: str
+    unsubscribe_secret: str = field(repr=False)
+    smtp: SmtpSettings | None = None
+    provider: ProviderSettings | None = None
 
 
 def default_database_url(root: Path) -> str:
@@ -74,6 +105,56 @@ def _choice(options: tuple[str, ...]) -> Callable[[str], str]:
     return parse
 
 
+def _port(raw: str) -> int:
+    value = int(raw)
+    if not 0 < value < 65536:
+        raise ValueError("must be a TCP port (1-65535)")
+    return value
+
+
+def _smtp(env: Mapping[str, str], required: bool) -> SmtpSettings | None:
+    host = env.get("DIGEST_SMTP_HOST", "").strip()
+    if not host:
+        if required:
+            raise InvalidSetting("DIGEST_SMTP_HOST is required when DIGEST_MAILER=smtp")
+        return None
+    security = _read(env, "DIGEST_SMTP_SECURITY", "starttls", _choice(SMTP_SECURITY))
+    default_port = {"none": 25, "starttls": 587, "tls": 465}[security]
+    return SmtpSettings(
+        host=host,
+        port=_read(env, "DIGEST_SMTP_PORT", default_port, _port),
+        username=env.get("DIGEST_SMTP_USERNAME") or None,
+        password=env.get("DIGEST_SMTP_PASSWORD") or None,
+        security=security,
+        timeout_seconds=_read(
+            env, "DIGEST_SMTP_TIMEOUT_SECONDS", timedelta(seconds=30), _seconds
+        ).total_seconds(),
+    )
+
+
+def _provider(env: Mapping[str, str], required: bool) -> ProviderSettings | None:
+    url = env.get("DIGEST_PROVIDER_URL", "").strip().rstrip("/")
+    key = env.get("DIGEST_PROVIDER_API_KEY", "").strip()
+    if not url or not key:
+        if required:
+            raise InvalidSetting(
+                "DIGEST_PROVIDER_URL and DIGEST_PROVIDER_API_KEY are required when DIGEST_MAILER=http"
+            )
+        return None
+    if not url.startswith(("http://", "https://")):
+        raise InvalidSetting("DIGEST_PROVIDER_URL must start with http:// or https://")
+    return ProviderSettings(
+        url=url,
+        api_key=key,
+        timeout_seconds=_read(
+            env, "DIGEST_PROVIDER_TIMEOUT_SECONDS", timedelta(seconds=10), _seconds
+        ).total_seconds(),
+        idempotency_window=_read(
+            env, "DIGEST_PROVIDER_IDEMPOTENCY_WINDOW_SECONDS", timedelta(hours=24), _seconds
+        ),
+    )
+
+
 def load_settings(env: Mapping[str, str], root: Path) -> Settings:
     """Reads every `DIGEST_*` setting, with the embedded defaults for anything unset."""
     base = RetryPolicy()
@@ -98,13 +179,30 @@ def load_settings(env: Mapping[str, str], root: Path) -> Settings:
         )
     except InvalidPolicy as e:
         raise InvalidSetting(f"retry settings: {e}") from e
+    mailer = _read(env, "DIGEST_MAILER", "outbox", _choice(MAILERS))
     return Settings(
         database_url=_read(env, "DIGEST_DATABASE_URL", default_database_url(root), str),
-        mailer=_read(env, "DIGEST_MAILER", "outbox", _choice(MAILERS)),
+        mailer=mailer,
         outbox_dir=_read(env, "DIGEST_OUTBOX_DIR", root / ".digest" / "outbox", Path),
         from_address=_read(env, "DIGEST_FROM_ADDRESS", "digest@example.com", str),
         policy=policy,
         batch_size=_read(env, "DIGEST_BATCH_SIZE", 500, _positive_int),
         concurrency=_read(env, "DIGEST_CONCURRENCY", 16, _positive_int),
         cleanup_mode=_read(env, "DIGEST_CLEANUP_MODE", CleanupMode.ARCHIVE, CleanupMode),
+        unsubscribe_url=_read(
+            env,
+            "DIGEST_UNSUBSCRIBE_URL",
+            "https://shop.example/unsubscribe/{customer_id}?token={token}",
+            _url_template,
+        ),
+        # The demo default is public; production sets its own, or links can be forged.
+        unsubscribe_secret=_read(env, "DIGEST_UNSUBSCRIBE_SECRET", "demo-unsubscribe-secret", str),
+        smtp=_smtp(env, required=mailer == "smtp"),
+        provider=_provider(env, required=mailer == "http"),
     )
+
+
+def _url_template(raw: str) -> str:
+    if not raw.startswith(("http://", "https://")) or "{token}" not in raw:
+        raise ValueError("must be an http(s) URL holding {token} (and optionally {customer_id})")
+    return raw

@@ -22,6 +22,7 @@ def test_settings_are_read_from_the_digest_variables():
         {
             "DIGEST_DATABASE_URL": "postgresql://u@db:5432/shop",
             "DIGEST_MAILER": "smtp",
+            "DIGEST_SMTP_HOST": "relay.internal",
             "DIGEST_RETRY_BASE_SECONDS": "2.5",
             "DIGEST_RETRY_CAP_SECONDS": "60",
             "DIGEST_RETRY_MAX_ATTEMPTS": "3",
@@ -61,3 +62,49 @@ def test_a_bad_value_is_a_one_line_error_naming_the_variable(name, value):
 def test_a_cap_below_the_base_is_refused():
     with pytest.raises(InvalidSetting, match="cap"):
         load_settings({"DIGEST_RETRY_BASE_SECONDS": "60", "DIGEST_RETRY_CAP_SECONDS": "10"}, ROOT)
+
+
+def test_smtp_settings_default_the_port_from_the_security_mode_and_hide_the_password():
+    s = load_settings(
+        {
+            "DIGEST_MAILER": "smtp",
+            "DIGEST_SMTP_HOST": "relay.internal",
+            "DIGEST_SMTP_SECURITY": "tls",
+            "DIGEST_SMTP_USERNAME": "digest",
+            "DIGEST_SMTP_PASSWORD": "hunter2",
+        },
+        ROOT,
+    )
+    assert s.smtp is not None
+    assert (s.smtp.port, s.smtp.security, s.smtp.username) == (465, "tls", "digest")
+    assert "hunter2" not in repr(s)
+
+
+def test_provider_settings_hide_the_api_key():
+    s = load_settings(
+        {
+            "DIGEST_MAILER": "http",
+            "DIGEST_PROVIDER_URL": "https://api.provider.example/",
+            "DIGEST_PROVIDER_API_KEY": "re_secret",
+        },
+        ROOT,
+    )
+    assert s.provider is not None
+    assert s.provider.url == "https://api.provider.example"
+    assert s.provider.idempotency_window == timedelta(hours=24)
+    assert "re_secret" not in repr(s)
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"DIGEST_MAILER": "smtp"}, "DIGEST_SMTP_HOST is required"),
+        ({"DIGEST_MAILER": "http"}, "DIGEST_PROVIDER_URL and DIGEST_PROVIDER_API_KEY"),
+        ({"DIGEST_SMTP_HOST": "h", "DIGEST_SMTP_PORT": "70000"}, "DIGEST_SMTP_PORT"),
+        ({"DIGEST_SMTP_HOST": "h", "DIGEST_SMTP_SECURITY": "ssl3"}, "DIGEST_SMTP_SECURITY"),
+        ({"DIGEST_UNSUBSCRIBE_URL": "https://x.example/u"}, "DIGEST_UNSUBSCRIBE_URL"),
+    ],
+)
+def test_incomplete_mailer_settings_are_refused(env, message):
+    with pytest.raises(InvalidSetting, match=message):
+        load_settings(env, ROOT)
