@@ -894,3 +894,39 @@ class FakeLedger(Ledger):
             if customer_id not in entries:
                 raise LookupError(f"{customer_id} is not in the snapshot of {period}")
             entries[customer_id] = SnapshotEntry(customer_id, recipient)
+
+
+class FaultInjectingMailer(Mailer):
+    """Wraps a real mailer: the provider really accepts, then the caller sees a fault.
+
+    It turns the outbox or the HTTP provider into a participant of the crash-point tests: the
+    provider's own store, not this wrapper, says how many messages were delivered.
+    """
+
+    def __init__(self, inner: Mailer) -> None:
+        self._inner = inner
+        self._crash: set[str] = set()
+        self._timeout: set[str] = set()
+
+    def crash_after_accept(self, key: str | OperationKey) -> None:
+        self._crash.add(str(key))
+
+    def timeout_after_accept(self, key: str | OperationKey) -> None:
+        self._timeout.add(str(key))
+
+    @property
+    def capabilities(self) -> MailerCapabilities:
+        return self._inner.capabilities
+
+    def lookup(self, idempotency_key: str) -> LookupResult:
+        return self._inner.lookup(idempotency_key)
+
+    def send(self, message: Message, *, idempotency_key: str) -> SendOutcome:
+        outcome = self._inner.send(message, idempotency_key=idempotency_key)
+        if idempotency_key in self._crash and outcome.accepted:
+            self._crash.discard(idempotency_key)
+            raise WorkerCrash(f"worker died after the provider accepted {idempotency_key}")
+        if idempotency_key in self._timeout and outcome.accepted:
+            self._timeout.discard(idempotency_key)
+            return SendOutcome.failed(FailureClass.UNKNOWN, "timeout_after_send")
+        return outcome
