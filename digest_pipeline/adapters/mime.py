@@ -11,6 +11,10 @@ from email.policy import SMTP
 from digest_pipeline.domain.errors import RenderError
 from digest_pipeline.domain.model import Message
 
+# RFC 5322 §2.1.1 allows 998 characters a line. Folding at 78 would turn a long, space-less
+# List-Unsubscribe URL into an encoded word that receivers' one-click unsubscribe cannot use.
+WIRE = SMTP.clone(max_line_length=998)
+
 
 def _header(value: str, name: str, message: Message) -> str:
     if "\r" in value or "\n" in value:
@@ -20,7 +24,7 @@ def _header(value: str, name: str, message: Message) -> str:
 
 def build_mime(message: Message) -> EmailMessage:
     """The message with From/To/Subject, the composer's headers, and both parts."""
-    mime = EmailMessage(policy=SMTP)
+    mime = EmailMessage(policy=WIRE)
     mime["From"] = _header(message.sender, "From", message)
     mime["To"] = _header(message.recipient, "To", message)
     mime["Subject"] = _header(message.subject, "Subject", message)

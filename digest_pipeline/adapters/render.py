@@ -1,0 +1,183 @@
+"""The digest as customers see it: subject, preheader, text and HTML parts from Jinja2 templates.
+
+It sets the headers every digest carries (design §7, RFC 8058 one-click unsubscribe). Anything
+that cannot become a safe message raises RenderError with a one-line reason naming the operation
+key, never the address or content, so delivery records a permanent failure for that item.
+"""
+
+import hashlib
+import hmac
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from decimal import Decimal, InvalidOperation
+from email.errors import HeaderParseError
+from email.headerregistry import Address
+from email.utils import format_datetime
+from typing import Any
+from urllib.parse import quote, urlsplit
+
+import jinja2
+
+from digest_pipeline.adapters.mime import to_bytes
+from digest_pipeline.domain.errors import RenderError
+from digest_pipeline.domain.model import DigestRow, Message, WorkItem, message_id_for
+from digest_pipeline.domain.periods import OperationKey
+from digest_pipeline.ports import Clock, Composer
+
+# \s covers CR, LF and the Unicode line separators; the range covers every other C0/C1 control.
+_CONTROL = re.compile(r"[\s\x00-\x1f\x7f-\x9f]+")
+_CURRENCY = re.compile(r"[A-Z]{3}")
+_SYMBOLS = {"EUR": "€", "USD": "$", "GBP": "£"}
+_SUBJECT_MAX = 150
+_TEMPLATES = ("subject.txt.j2", "preheader.txt.j2", "digest.txt.j2", "digest.html.j2")
+
+
+def unsubscribe_token(secret: str, customer_id: str) -> str:
+    """The per-customer token of the one-click unsubscribe link: HMAC-SHA256, 32 hex digits."""
+    return hmac.new(secret.encode(), customer_id.encode(), hashlib.sha256).hexdigest()[:32]
+
+
+def _one_line(text: str, limit: int | None = None) -> str:
+    line = _CONTROL.sub(" ", text).strip()
+    return line if limit is None or len(line) <= limit else line[: limit - 1].rstrip() + "…"
+
+
+def _is_single_address(recipient: str) -> bool:
+    # Whitespace and quotes are refused outright: they are how display names and a second
+    # header line get smuggled into To.
+    if recipient.count("@") != 1 or _CONTROL.search(recipient) or '"' in recipient:
+        return False
+    try:
+        address = Address(addr_spec=recipient)
+    except (ValueError, IndexError, HeaderParseError):
+        return False
+    return bool(address.username and address.domain) and address.addr_spec == recipient
+
+
+@dataclass(frozen=True)
+class _Pick:
+    title: str
+    price: str | None
+    url: str
+    image_url: str | None
+
+
+def _url(key: OperationKey, row: DigestRow, name: str) -> str | None:
+    value = str(row.payload.get(name) or "")
+    parts = urlsplit(value)
+    # Autoescaping does not stop a `javascript:` href: only web links may reach the HTML.
+    if value and (
+        parts.scheme not in ("http", "https") or not parts.netloc or _CONTROL.search(value)
+    ):
+        raise RenderError(f"{key}: digest row {row.position} has an invalid {name}")
+    return value or None
+
+
+def _price(key: OperationKey, row: DigestRow) -> str | None:
+    raw, currency = row.payload.get("price"), str(row.payload.get("currency") or "EUR").upper()
+    if raw is None or raw == "":
+        return None
+    try:
+        amount = Decimal(str(raw))
+    except InvalidOperation:
+        amount = Decimal("NaN")
+    if not amount.is_finite() or amount < 0 or not _CURRENCY.fullmatch(currency):
+        raise RenderError(f"{key}: digest row {row.position} has an invalid price")
+    symbol = _SYMBOLS.get(currency)
+    return f"{symbol}{amount:,.2f}" if symbol else f"{amount:,.2f} {currency}"
+
+
+def _pick(key: OperationKey, row: DigestRow) -> _Pick:
+    title = _one_line(str(row.payload.get("title") or ""))
+    url = _url(key, row, "url")
+    if not title or url is None:
+        raise RenderError(f"{key}: digest row {row.position} lacks a title or url")
+    return _Pick(title, _price(key, row), url, _url(key, row, "image_url"))
+
+
+class Jinja2Composer(Composer):
+    """Renders the digest templates shipped in `digest_pipeline/templates`.
+
+    The HTML template is autoescaped and the text templates are not; a missing template
+    variable raises (StrictUndefined) instead of rendering as an empty string.
+    """
+
+    def __init__(
+        self,
+        *,
+        sender: str,
+        unsubscribe_url: str,
+        unsubscribe_secret: str,
+        clock: Clock,
+        shop_name: str = "Example Shop",
+    ) -> None:
+        env = jinja2.Environment(
+            loader=jinja2.PackageLoader("digest_pipeline", "templates"),
+            autoescape=jinja2.select_autoescape(enabled_extensions=("html", "html.j2")),
+            undefined=jinja2.StrictUndefined,
+            trim_blocks=True,
+            lstrip_blocks=True,
+            keep_trailing_newline=True,
+        )
+        # Loaded once, here: a missing template is a deployment error, not a per-item failure.
+        self._templates = {name: env.get_template(name) for name in _TEMPLATES}
+        self._sender = sender
+        # Formatted once here so a template with unknown fields fails at startup, not per item.
+        unsubscribe_url.format(customer_id="c", token="t")
+        self._unsubscribe_url = unsubscribe_url
+        self._secret = unsubscribe_secret
+        self._clock = clock
+        self._shop_name = shop_name
+
+    def compose(self, item: WorkItem, recipient: str, rows: Sequence[DigestRow]) -> Message:
+        key = item.key
+        if not _is_single_address(recipient):
+            raise RenderError(f"{key}: recipient is not a single address")
+        if not rows:
+            raise RenderError(f"{key}: no digest rows")
+        now = self._clock.now()
+        if now.utcoffset() != timedelta(0):
+            raise RenderError(f"{key}: the clock is not timezone-aware UTC")
+        ordered = sorted(rows, key=lambda r: r.position)
+        names = [r.payload.get("customer_name") for r in ordered]
+        unsubscribe = self._unsubscribe_url.format(
+            customer_id=quote(item.customer_id, safe=""),
+            token=unsubscribe_token(self._secret, item.customer_id),
+        )
+        context: dict[str, Any] = {
+            "picks": [_pick(key, row) for row in ordered],
+            "customer_name": next((_one_line(str(n)) for n in names if n), ""),
+            "shop_name": self._shop_name,
+            "period_label": f"week {item.period.week}, {item.period.year}",
+            "unsubscribe_url": unsubscribe,
+        }
+        try:
+            subject = _one_line(self._render("subject.txt.j2", context), _SUBJECT_MAX)
+            context["preheader"] = _one_line(self._render("preheader.txt.j2", context), 140)
+            text = self._render("digest.txt.j2", context)
+            html = self._render("digest.html.j2", context)
+        except jinja2.TemplateError as e:
+            raise RenderError(f"{key}: template failed ({type(e).__name__})") from e
+        message = Message(
+            key=key,
+            recipient=recipient,
+            sender=self._sender,
+            subject=subject,
+            text=text,
+            html=html,
+            headers=(
+                ("Message-ID", message_id_for(key)),
+                ("X-Digest-Operation-Key", str(key)),
+                ("List-Unsubscribe", f"<{unsubscribe}>"),
+                ("List-Unsubscribe-Post", "List-Unsubscribe=One-Click"),
+                ("Date", format_datetime(now)),
+            ),
+        )
+        # Whatever the email package would refuse at send time fails here, as a RenderError.
+        to_bytes(message)
+        return message
+
+    def _render(self, name: str, context: dict[str, Any]) -> str:
+        return self._templates[name].render(context)
