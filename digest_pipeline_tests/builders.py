@@ -50,7 +50,15 @@ def make_customer(
 
 def digest_rows_for(key: OperationKey, n: int, count: int = ROWS_PER_CUSTOMER) -> list[DigestRow]:
     return [
-        DigestRow(key, position, {"title": row_title(n, position), "price": "12.50"})
+        DigestRow(
+            key,
+            position,
+            {
+                "title": row_title(n, position),
+                "price": "12.50",
+                "url": f"https://shop.example/p/{n:04d}-{position}",
+            },
+        )
         for position in range(count)
     ]
 
