@@ -1,16 +1,21 @@
-"""The four crash points of issue 2, each on SQLite and on PostgreSQL, through the real services.
+"""The four crash points, each on SQLite and PostgreSQL, through the real services and mailers.
 
 Each test asserts the invariants that matter, not calls: at most one provider delivery per
-operation key (counted by the provider), at most one cleanup, a visible state for every item and
-no timeout recorded as "not sent".
+operation key (counted by the provider's own store: the fake's record, the Maildir, the HTTP
+server), at most one cleanup, a visible state for every item and no timeout recorded as
+"not sent".
 """
 
 import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from datetime import timedelta
 
 import pytest
 from sqlalchemy import func, select
 
+from digest_pipeline.adapters.http_mailer import HttpProviderMailer
+from digest_pipeline.adapters.outbox_mailer import OutboxMailer, file_name
 from digest_pipeline.adapters.sql_ledger import SqlLedger
 from digest_pipeline.adapters.sql_schema import cleanups, digest_rows, digest_rows_archive
 from digest_pipeline.domain.model import CleanupMode
@@ -21,9 +26,11 @@ from digest_pipeline.services.cleanup import clean_period
 from digest_pipeline.services.deliver import Deliverer, deliver_due
 from digest_pipeline.services.resolve import resolve_unknown
 from digest_pipeline.services.sweep import sweep
+from digest_pipeline.settings import ProviderSettings
 from digest_pipeline_tests.builders import make_deliverer, seed_period
 from digest_pipeline_tests.conftest import W42
-from digest_pipeline_tests.fakes import FakeMailer, FixedClock, WorkerCrash
+from digest_pipeline_tests.fakes import FakeMailer, FaultInjectingMailer, FixedClock, WorkerCrash
+from digest_pipeline_tests.provider_server import ProviderServer
 
 POLICY = DeliveryPolicy()
 N = 6
@@ -44,41 +51,60 @@ def settle(ledger, mailer, clock) -> None:
         sweep(worker(ledger, mailer, clock, "sweeper"), batch_size=50, concurrency=1)
 
 
-def assert_exactly_once(ledger, mailer, keys, clock) -> None:
-    assert all(mailer.deliveries_for(k) == 1 for k in keys), mailer.deliveries
-    assert mailer.duplicate_deliveries == 0
+@dataclass
+class Provider:
+    """A mailer with faults on demand, and the peer's own count of what it delivered."""
+
+    mailer: FaultInjectingMailer
+    delivered: Callable[[OperationKey], int]
+
+
+@pytest.fixture(params=["fake", "fake-resend", "outbox", "http"])
+def provider(request: pytest.FixtureRequest, clock: FixedClock, tmp_path) -> Iterator[Provider]:
+    """fake: looks keys up; fake-resend: idempotent without lookup (reconciled by resending);
+    outbox: a real Maildir; http: the real HTTP mailer against the loopback provider server."""
+    kind = request.param
+    if kind.startswith("fake"):
+        fake = FakeMailer(can_lookup=kind == "fake", clock=clock)
+        yield Provider(FaultInjectingMailer(fake), fake.deliveries_for)
+    elif kind == "outbox":
+        outbox = OutboxMailer(tmp_path / "outbox")
+
+        def files(key: OperationKey) -> int:
+            return sum(p.name == file_name(key) for p in outbox.stored())
+
+        yield Provider(FaultInjectingMailer(outbox), files)
+    else:
+        with ProviderServer() as server:
+            settings = ProviderSettings(server.url, server.api_key, 2.0, timedelta(hours=24))
+            with HttpProviderMailer(settings) as http:
+                yield Provider(FaultInjectingMailer(http), server.delivered_count)
+
+
+def assert_exactly_once(ledger, delivered, keys, clock) -> None:
+    assert [delivered(k) for k in keys] == [1] * len(keys)
     assert {i.state for i in ledger.items(W42)} == {S.CLEANED}
     failing = [r for r in ledger.check_invariants(W42, clock.now()) if not r.passed]
     assert failing == []
 
 
-@pytest.mark.parametrize(
-    "mailer_kind",
-    [
-        "lookup",  # reconciliation asks the provider: found → sent
-        "idempotent_no_lookup",  # resent with the same key inside the provider's window
-    ],
-)
-def test_crash_after_the_provider_accepted_does_not_send_twice(sql_ledger, clock, mailer_kind):
+def test_crash_after_the_provider_accepted_does_not_send_twice(sql_ledger, clock, provider):
     keys = seeded(sql_ledger, clock)
-    mailer = FakeMailer(can_lookup=mailer_kind == "lookup", clock=clock)
-    mailer.script_crash_after_accept(keys[2])
+    provider.mailer.crash_after_accept(keys[2])
     with pytest.raises(WorkerCrash):
-        deliver_due(worker(sql_ledger, mailer, clock), batch_size=N, concurrency=1)
+        deliver_due(worker(sql_ledger, provider.mailer, clock), batch_size=N, concurrency=1)
     assert sql_ledger.get(keys[2]).state is S.CLAIMED  # the result was never recorded
-    settle(sql_ledger, mailer, clock)
-    assert_exactly_once(sql_ledger, mailer, keys, clock)
+    settle(sql_ledger, provider.mailer, clock)
+    assert_exactly_once(sql_ledger, provider.delivered, keys, clock)
 
 
-def test_two_workers_on_one_period_send_each_key_once(sql_ledger, clock):
+def test_two_workers_on_one_period_send_each_key_once(sql_ledger, clock, provider):
     keys = seeded(sql_ledger, clock, 40)
-    mailer = FakeMailer(idempotent=False, clock=clock)  # every send counts: no masking
     reports = []
 
     def run(owner: str) -> None:
-        reports.append(
-            deliver_due(worker(sql_ledger, mailer, clock, owner), batch_size=5, concurrency=2)
-        )
+        deliverer = worker(sql_ledger, provider.mailer, clock, owner)
+        reports.append(deliver_due(deliverer, batch_size=5, concurrency=2))
 
     threads = [threading.Thread(target=run, args=(f"w{i}",)) for i in range(2)]
     for t in threads:
@@ -86,8 +112,10 @@ def test_two_workers_on_one_period_send_each_key_once(sql_ledger, clock):
     for t in threads:
         t.join()
     assert sum(r.claimed for r in reports) == 40
+    # one claim and one attempt per item: the provider's deduplication was never needed
+    assert {(i.lease_token, i.attempts) for i in sql_ledger.items(W42)} == {(1, 1)}
     clean_period(sql_ledger, clock, W42, CleanupMode.ARCHIVE)
-    assert_exactly_once(sql_ledger, mailer, keys, clock)
+    assert_exactly_once(sql_ledger, provider.delivered, keys, clock)
 
 
 def test_a_stalled_worker_whose_lease_expired_cannot_send(sql_ledger, clock):
@@ -97,7 +125,7 @@ def test_a_stalled_worker_whose_lease_expired_cannot_send(sql_ledger, clock):
     stale_claims = sql_ledger.claim_due(clock.now(), "slow", POLICY.lease, 10)
     settle(sql_ledger, mailer, clock)  # lease expires, the sweep redelivers to someone else
     assert [slow.deliver_one(c) for c in stale_claims] == ["lost_race", "lost_race"]
-    assert_exactly_once(sql_ledger, mailer, keys, clock)
+    assert_exactly_once(sql_ledger, mailer.deliveries_for, keys, clock)
 
 
 class StallingMailer(FakeMailer):
@@ -124,13 +152,14 @@ def test_a_send_that_outlived_its_lease_is_reconciled_from_its_own_attempt(sql_l
     assert [a.outcome for a in sql_ledger.attempts(keys[0])] == ["sent"]
     settle(sql_ledger, mailer, clock)
     assert sql_ledger.audit_log(W42)[0].reason == "evidence:ledger_attempt"
-    assert_exactly_once(sql_ledger, mailer, keys, clock)
+    assert_exactly_once(sql_ledger, mailer.deliveries_for, keys, clock)
 
 
-def test_cleanup_rerun_after_a_lost_acknowledgement_cleans_nothing_twice(sql_ledger, clock):
+def test_cleanup_rerun_after_a_lost_acknowledgement_cleans_nothing_twice(
+    sql_ledger, clock, provider
+):
     keys = seeded(sql_ledger, clock)
-    mailer = FakeMailer(clock=clock)
-    deliver_due(worker(sql_ledger, mailer, clock), batch_size=N, concurrency=2)
+    deliver_due(worker(sql_ledger, provider.mailer, clock), batch_size=N, concurrency=2)
     first = clean_period(sql_ledger, clock, W42, CleanupMode.ARCHIVE)
     # the commit happened but the caller never heard: the step is retried
     again = clean_period(sql_ledger, clock, W42, CleanupMode.ARCHIVE)
@@ -141,19 +170,20 @@ def test_cleanup_rerun_after_a_lost_acknowledgement_cleans_nothing_twice(sql_led
         assert conn.execute(select(func.count()).select_from(digest_rows)).scalar_one() == 0
         archived = select(func.count()).select_from(digest_rows_archive)
         assert conn.execute(archived).scalar_one() == 2 * N
-    assert_exactly_once(sql_ledger, mailer, keys, clock)
+    assert_exactly_once(sql_ledger, provider.delivered, keys, clock)
 
 
-def test_timeout_after_acceptance_is_unknown_then_reconciled_never_not_sent(sql_ledger, clock):
+def test_timeout_after_acceptance_is_unknown_then_reconciled_never_not_sent(
+    sql_ledger, clock, provider
+):
     keys = seeded(sql_ledger, clock)
-    mailer = FakeMailer(clock=clock)
-    mailer.script_timeout_after_accept(keys[0])
-    deliver_due(worker(sql_ledger, mailer, clock), batch_size=N, concurrency=2)
+    provider.mailer.timeout_after_accept(keys[0])
+    deliver_due(worker(sql_ledger, provider.mailer, clock), batch_size=N, concurrency=2)
     item = sql_ledger.get(keys[0])
     assert (item.state, item.last_failure_class.value) == (S.UNKNOWN, "unknown")
     assert sql_ledger.check_invariants(W42, clock.now())[1].passed  # no_silent_timeout
-    settle(sql_ledger, mailer, clock)
-    assert_exactly_once(sql_ledger, mailer, keys, clock)
+    settle(sql_ledger, provider.mailer, clock)
+    assert_exactly_once(sql_ledger, provider.delivered, keys, clock)
 
 
 def test_timeout_with_no_way_to_reconcile_stays_unknown_and_keeps_its_rows(sql_ledger, clock):
