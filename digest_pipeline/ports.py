@@ -5,7 +5,7 @@ contract suite runs the same assertions over both.
 """
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from datetime import datetime, timedelta
 
 from digest_pipeline.domain.failures import SendOutcome
@@ -112,6 +112,10 @@ class Ledger(ABC):
     def digest_rows(self, key: OperationKey) -> list[DigestRow]:
         """The live (not cleaned) generated rows of one key, by position."""
 
+    @abstractmethod
+    def keys_with_rows(self, period: Period) -> set[OperationKey]:
+        """The period's keys that have live generated rows."""
+
     # -- work items ------------------------------------------------------------------------
     @abstractmethod
     def enqueue(self, period: Period, now: datetime) -> EnqueueReceipt:
@@ -146,6 +150,10 @@ class Ledger(ABC):
     @abstractmethod
     def apply(self, transition: Transition) -> None:
         """Applies one guarded transition that closes no attempt."""
+
+    @abstractmethod
+    def due_count(self, now: datetime, period: Period | None = None) -> int:
+        """How many items `claim_due` could hand out now (optionally in one period)."""
 
     @abstractmethod
     def recover_expired_leases(self, now: datetime) -> LeaseRecovery:
@@ -203,5 +211,13 @@ class Ledger(ABC):
         """Audit rows, oldest first."""
 
     @abstractmethod
-    def check_invariants(self, period: Period, now: datetime) -> list[InvariantResult]:
-        """Design §4's invariants evaluated on what is recorded for the period."""
+    def check_invariants(
+        self, period: Period, now: datetime, names: Collection[str] | None = None
+    ) -> list[InvariantResult]:
+        """Design §4's invariants evaluated on what is recorded for the period.
+
+        Args:
+            period: the period to check.
+            now: the time a lease counts as expired against.
+            names: evaluate only these invariants (by `INVARIANTS` name); all when None.
+        """

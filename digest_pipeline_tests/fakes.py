@@ -19,7 +19,7 @@ matter most here: a timeout after the provider accepted, and a worker crash righ
 import enum
 import threading
 from collections import Counter
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import ClassVar
@@ -769,15 +769,33 @@ class FakeLedger(Ledger):
         return sorted(entries, key=lambda e: e.audit_id)
 
     # -- invariants ------------------------------------------------------------------------
-    def check_invariants(self, period: Period, now: datetime) -> list[InvariantResult]:
+    def check_invariants(
+        self, period: Period, now: datetime, names: Collection[str] | None = None
+    ) -> list[InvariantResult]:
         with self._lock:
-            return [
+            results = [
                 _result("one_cleanup_per_sent_item", self._cleanup_violations_locked(period)),
                 _result("no_silent_timeout", self._silent_timeouts_locked(period)),
                 _result("every_item_visible", self._invisible_items_locked(period, now)),
                 _result("at_most_one_send_per_key", self._double_sends_locked(period)),
                 self._snapshot_unchanged_locked(period),
             ]
+        return [r for r in results if names is None or r.name in names]
+
+    def keys_with_rows(self, period: Period) -> set[OperationKey]:
+        with self._lock:
+            return {r.key for rows in self._rows.values() for r in rows if r.key.period == period}
+
+    def due_count(self, now: datetime, period: Period | None = None) -> int:
+        with self._lock:
+            return sum(
+                1
+                for i in self._items.values()
+                if i.state in CLAIMABLE
+                and i.next_attempt_at is not None
+                and i.next_attempt_at <= now
+                and (period is None or i.period == period)
+            )
 
     def _cleanup_violations_locked(self, period: Period) -> set[str]:
         per_key = Counter(c.key for c in self._cleanups if c.key.period == period)

@@ -5,12 +5,23 @@ lease_token = :token`; zero rows raise LostRace. Claims use `FOR UPDATE SKIP LOC
 PostgreSQL and a serialized `BEGIN IMMEDIATE` transaction on SQLite.
 """
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Collection, Iterable, Iterator
 from datetime import datetime, timedelta
 from itertools import islice
 from typing import Any
 
-from sqlalchemy import Connection, Engine, and_, exists, func, insert, literal, select, update
+from sqlalchemy import (
+    ColumnElement,
+    Connection,
+    Engine,
+    and_,
+    exists,
+    func,
+    insert,
+    literal,
+    select,
+    update,
+)
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import IntegrityError
 
@@ -62,6 +73,11 @@ def _chunks(rows: Iterable[dict[str, Any]], size: int = CHUNK) -> Iterator[list[
     it = iter(rows)
     while chunk := list(islice(it, size)):
         yield chunk
+
+
+def _due(now: datetime, period: Period | None) -> ColumnElement[bool]:
+    due = and_(wi.c.state.in_([s.value for s in CLAIMABLE]), wi.c.next_attempt_at <= now)
+    return due if period is None else and_(due, wi.c.period == str(period))
 
 
 def _update_values(t: Transition) -> dict[str, Any]:
@@ -215,6 +231,15 @@ class SqlLedger(Ledger):
         with self._engine.connect() as conn:
             return [DigestRow(key, r.position, r.payload) for r in conn.execute(q)]
 
+    def keys_with_rows(self, period: Period) -> set[OperationKey]:
+        q = (
+            select(digest_rows.c.operation_key)
+            .where(digest_rows.c.period == str(period))
+            .distinct()
+        )
+        with self._engine.connect() as conn:
+            return {OperationKey.parse(k) for k in conn.execute(q).scalars()}
+
     # -- work items ------------------------------------------------------------------------
     def enqueue(self, period: Period, now: datetime) -> EnqueueReceipt:
         es, p = eligibility_snapshot, str(period)
@@ -259,6 +284,11 @@ class SqlLedger(Ledger):
             )
         return EnqueueReceipt(created=created, existing=info.eligible_count - created)
 
+    def due_count(self, now: datetime, period: Period | None = None) -> int:
+        q = select(func.count()).select_from(wi).where(_due(now, period))
+        with self._engine.connect() as conn:
+            return int(conn.execute(q).scalar_one())
+
     def claim_due(
         self,
         now: datetime,
@@ -269,9 +299,7 @@ class SqlLedger(Ledger):
     ) -> list[Claim]:
         if limit <= 0:
             return []
-        due = and_(wi.c.state.in_([s.value for s in CLAIMABLE]), wi.c.next_attempt_at <= now)
-        if period is not None:
-            due = and_(due, wi.c.period == str(period))
+        due = _due(now, period)
         candidates = (
             select(wi.c.operation_key)
             .where(due)
@@ -618,6 +646,8 @@ class SqlLedger(Ledger):
         with self._engine.connect() as conn:
             return [sql_rows.audit_entry(r) for r in conn.execute(q).mappings()]
 
-    def check_invariants(self, period: Period, now: datetime) -> list[InvariantResult]:
+    def check_invariants(
+        self, period: Period, now: datetime, names: Collection[str] | None = None
+    ) -> list[InvariantResult]:
         with self._engine.connect() as conn:
-            return evaluate_invariants(conn, period, now)
+            return evaluate_invariants(conn, period, now, names)

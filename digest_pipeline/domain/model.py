@@ -317,6 +317,16 @@ class LeaseRecovery:
     unknown: tuple[OperationKey, ...]
 
 
+#: design §4's invariants, in order, by the names every ledger reports them under
+INVARIANTS = (
+    "one_cleanup_per_sent_item",
+    "no_silent_timeout",
+    "every_item_visible",
+    "at_most_one_send_per_key",
+    "snapshot_unchanged",
+)
+
+
 @dataclass(frozen=True)
 class InvariantResult:
     """One design §4 invariant for one period: pass/fail and the offending keys (a sample)."""

@@ -84,11 +84,10 @@ def period_metrics(ledger: Ledger, period: Period, now: datetime) -> PeriodMetri
     lags = _seconds(
         [i.cleaned_at - i.sent_at for i in items if i.cleaned_at is not None and i.sent_at]
     )
-    double_sends = next(
+    [double_sends] = [
         r.violations
-        for r in ledger.check_invariants(period, now)
-        if r.name == "at_most_one_send_per_key"
-    )
+        for r in ledger.check_invariants(period, now, names={"at_most_one_send_per_key"})
+    ]
     return PeriodMetrics(
         period=period,
         eligible=snapshot.eligible_count if snapshot else 0,

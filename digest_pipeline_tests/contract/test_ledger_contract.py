@@ -386,6 +386,25 @@ class TestCleanup:
 
 
 class TestReads:
+    def test_due_count_counts_what_a_claim_could_take(self, ledger):
+        frozen(ledger, 3, W42)
+        frozen(ledger, 2, W43)
+        assert ledger.due_count(T0) == 5
+        assert ledger.due_count(T0, W43) == 2
+        ledger.claim_due(T0, "w1", LEASE, 2, W42)
+        assert ledger.due_count(T0, W42) == 1
+        assert ledger.due_count(T0 - timedelta(seconds=1)) == 0
+
+    def test_keys_with_rows_are_those_with_live_generated_rows(self, ledger):
+        a, b, _ = frozen(ledger, 3)
+        ledger.add_digest_rows([DigestRow(a, 0, {"title": "x"}), DigestRow(b, 0, {})])
+        assert ledger.keys_with_rows(W42) == {a, b}
+        c = claim_one(ledger, a)
+        send(ledger, c, SendOutcome.sent("pm"), S.SENT)
+        ledger.clean(a, c.token, CleanupMode.ARCHIVE, T0)
+        assert ledger.keys_with_rows(W42) == {b}
+        assert ledger.keys_with_rows(W43) == set()
+
     def test_open_periods_are_those_with_work_left(self, ledger):
         a = frozen(ledger, 1, W42)[0]
         frozen(ledger, 1, W43)
@@ -485,6 +504,11 @@ class TestInvariants:
             (str(a),),
         )
         assert results["no_silent_timeout"].passed
+
+    def test_invariants_can_be_evaluated_by_name(self, ledger):
+        frozen(ledger, 1)
+        only = ledger.check_invariants(W42, T0, names={"snapshot_unchanged", "no_silent_timeout"})
+        assert [r.name for r in only] == ["no_silent_timeout", "snapshot_unchanged"]
 
     def test_a_stuck_claim_is_not_visible(self, ledger):
         frozen(ledger, 1)
