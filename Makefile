@@ -11,13 +11,17 @@ BIN = $(VENV)/bin
 PYTHON_BOOTSTRAP ?= $(shell command -v python3.11 2>/dev/null || command -v python3 2>/dev/null)
 # Extra arguments for pytest, e.g. `make test PYTEST_ARGS='-k ledger -x'`.
 PYTEST_ARGS ?=
+# The project's Dagster instance (runs, partitions, check results): git-ignored, under .digest/.
+DAGSTER_HOME ?= $(CURDIR)/.digest/dagster_home
+DEMO_CUSTOMERS ?= 300
+UI_PORT ?= 3000
 
 # Pass CI through to recipes (pytest turns missing services into failures under CI=true).
 ifdef CI
 export CI
 endif
 
-.PHONY: help install lint test test-fast demo ui clean
+.PHONY: help install lint validate test test-fast demo ui clean
 
 help: ## List the targets
 	@echo "Targets:"
@@ -39,19 +43,25 @@ lint: install ## ruff check, ruff format --check, import contracts, mypy
 	$(BIN)/lint-imports
 	$(BIN)/mypy
 
-test: install lint ## Lint, then every test tier against a throwaway PostgreSQL
+validate: install ## Load the Dagster definitions as `dagster dev` would (workspace.yaml)
+	env -u DAGSTER_HOME $(BIN)/dagster definitions validate -w workspace.yaml
+
+test: install lint validate ## Lint, validate, then every test tier against a throwaway PostgreSQL
 	scripts/pg-test-cluster.sh -- $(BIN)/pytest $(PYTEST_ARGS)
 
 test-fast: install ## Tests that need no services (pytest -m "not integration")
 	$(BIN)/pytest -m "not integration" $(PYTEST_ARGS)
 
-demo: ## (not built yet) seed demo data and run a period end to end
-	@echo "make demo: not built yet; the Dagster asset graph and the demo arrive with issue 4." >&2
-	@exit 1
+demo: install ## Seed demo data and run the latest complete week end to end (SQLite + outbox)
+	DAGSTER_HOME=$(DAGSTER_HOME) $(BIN)/digest seed --customers $(DEMO_CUSTOMERS) --seed 7
+	DAGSTER_HOME=$(DAGSTER_HOME) $(BIN)/digest run --period latest
+	@echo
+	@echo "Next: 'make ui' and open http://127.0.0.1:$(UI_PORT) (asset group 'digest'),"
+	@echo "      '.venv/bin/digest status --period latest' for the ledger's view."
 
-ui: ## (not built yet) the Dagster web UI
-	@echo "make ui: not built yet; the Dagster asset graph and the demo arrive with issue 4." >&2
-	@exit 1
+ui: install ## The Dagster web UI and daemon on 127.0.0.1 with the demo's instance
+	DAGSTER_HOME=$(DAGSTER_HOME) $(PY) -m digest_pipeline.instance >/dev/null
+	DAGSTER_HOME=$(DAGSTER_HOME) $(BIN)/dagster dev -h 127.0.0.1 -p $(UI_PORT) -w workspace.yaml
 
 clean: ## Remove the venv, caches and .digest
 	rm -rf -- "$(VENV)" .digest .pytest_cache .mypy_cache .ruff_cache .hypothesis build dist *.egg-info

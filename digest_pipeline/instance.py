@@ -1,0 +1,63 @@
+"""Prepares DAGSTER_HOME: the project's `dagster.yaml` plus the storage the environment asks for.
+
+Dagster reads exactly one `dagster.yaml` from DAGSTER_HOME and fails on an unset `{env: …}`, so
+the storage block is chosen here: SQLite inside DAGSTER_HOME by default, PostgreSQL through
+dagster-postgres when `DAGSTER_PG_URL` or `DAGSTER_PG_HOST` is set.
+"""
+
+import os
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+
+import yaml
+
+DEFAULT_HOME = Path(".digest") / "dagster_home"
+PG_FIELDS = {
+    "DAGSTER_PG_USERNAME": "username",
+    "DAGSTER_PG_PASSWORD": "password",
+    "DAGSTER_PG_HOST": "hostname",
+    "DAGSTER_PG_DB": "db_name",
+    "DAGSTER_PG_PORT": "port",
+}
+
+
+def storage_block(env: Mapping[str, str]) -> dict[str, object] | None:
+    """The `storage:` section for the environment, or None for Dagster's SQLite default."""
+    if env.get("DAGSTER_PG_URL"):
+        return {"postgres": {"postgres_url": {"env": "DAGSTER_PG_URL"}}}
+    if env.get("DAGSTER_PG_HOST"):
+        fields: dict[str, object] = {
+            field: {"env": name} for name, field in PG_FIELDS.items() if env.get(name)
+        }
+        fields.setdefault("db_name", "dagster")
+        fields.setdefault("username", "postgres")
+        return {"postgres": {"postgres_db": fields}}
+    return None
+
+
+def prepare_home(project_root: Path, env: Mapping[str, str], home: Path | None = None) -> Path:
+    """Writes `<home>/dagster.yaml` from the project's file; returns the home folder."""
+    chosen = home if home is not None else env.get("DAGSTER_HOME") or project_root / DEFAULT_HOME
+    home = Path(chosen).resolve()
+    home.mkdir(parents=True, exist_ok=True)
+    config = yaml.safe_load((project_root / "dagster.yaml").read_text(encoding="utf-8")) or {}
+    storage = storage_block(env)
+    if storage is not None:
+        config["storage"] = storage
+    (home / "dagster.yaml").write_text(
+        "# generated from the project's dagster.yaml by digest_pipeline.instance\n"
+        + yaml.safe_dump(config, sort_keys=False),
+        encoding="utf-8",
+    )
+    return home
+
+
+def main() -> int:
+    """`python -m digest_pipeline.instance`: prepare the home and print its path."""
+    sys.stdout.write(f"{prepare_home(Path.cwd(), os.environ)}\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
