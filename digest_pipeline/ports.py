@@ -8,6 +8,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Collection, Iterable, Iterator, Sequence
 from datetime import datetime, timedelta
 
+from digest_pipeline.domain.catalogue import Order, Product
 from digest_pipeline.domain.failures import SendOutcome
 from digest_pipeline.domain.model import (
     Attempt,
@@ -45,11 +46,23 @@ class Clock(ABC):
 
 
 class CustomerSource(ABC):
-    """The shop's customer records, read when a period's eligibility is frozen."""
+    """The shop's records: customers (read when a period's eligibility is frozen), and the
+    catalogue and orders (read when the period's digest content is generated)."""
 
     @abstractmethod
     def customers(self) -> Iterator[Customer]:
         """Streams every customer; the eligibility rule is applied by the snapshot service."""
+
+    # Not abstract (yet): test doubles that only stand in for the customer table keep working.
+    # A source that cannot list its catalogue or orders must say so, never yield an empty one:
+    # empty content would turn every digest of the period into a permanent render failure.
+    def products(self) -> Iterator[Product]:
+        """Streams the whole catalogue, in product id order."""
+        raise NotImplementedError(f"{type(self).__name__} has no product catalogue")
+
+    def orders(self, since: datetime, until: datetime) -> Iterator[Order]:
+        """Streams the order lines with `since <= ordered_at < until`, oldest first."""
+        raise NotImplementedError(f"{type(self).__name__} has no orders")
 
 
 class Mailer(ABC):

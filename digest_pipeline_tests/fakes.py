@@ -24,6 +24,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import ClassVar
 
+from digest_pipeline.domain.catalogue import Order, Product
 from digest_pipeline.domain.errors import (
     LostRace,
     RenderError,
@@ -293,18 +294,33 @@ class FakeMailer(Mailer):
 
 
 class FakeCustomerSource(CustomerSource):
-    """The shop's customer table, in memory."""
+    """The shop's customer, product and order tables, in memory."""
 
-    def __init__(self, customers: Iterable[Customer] = ()) -> None:
+    def __init__(
+        self,
+        customers: Iterable[Customer] = (),
+        products: Iterable[Product] = (),
+        orders: Iterable[Order] = (),
+    ) -> None:
         self._lock = threading.Lock()
         self._customers: dict[str, Customer] = {}
         for c in customers:
             self._customers[c.customer_id] = c
+        self._products = sorted(products, key=lambda p: p.product_id)
+        self._orders = sorted(orders, key=lambda o: (o.ordered_at, o.order_id))
 
     def customers(self) -> Iterator[Customer]:
         with self._lock:
             current = list(self._customers.values())
         yield from current
+
+    def products(self) -> Iterator[Product]:
+        yield from self._products
+
+    def orders(self, since: datetime, until: datetime) -> Iterator[Order]:
+        _require_utc(since, "since")
+        _require_utc(until, "until")
+        yield from (o for o in self._orders if since <= o.ordered_at < until)
 
     def update(self, customer: Customer) -> None:
         """Replaces the customer with the same id (or adds a new one, e.g. a late sign-up)."""

@@ -1,7 +1,8 @@
 """The ledger's tables (SQLAlchemy Core), one schema for SQLite and PostgreSQL.
 
 The migrations under `migrations/` create exactly this schema; a test compares the two. The
-`customers` table is the shop's source data in the embedded setup, the rest is the ledger.
+`customers`, `products` and `orders` tables are the shop's source data in the embedded setup, the
+rest is the ledger.
 
 State moves allowed on `work_items.state` (mirrors domain/states.py):
     -- pending -> claimed -> sent -> cleaned
@@ -55,6 +56,30 @@ customers = Table(
     Column("active", Boolean, nullable=False),
     Column("opted_in", Boolean, nullable=False),
     Column("created_at", UtcDateTime, nullable=False),
+)
+
+# The catalogue and the order lines the digest content is picked from (domain/catalogue.py).
+# No foreign keys: like `customers`, these mirror the shop's data, which may arrive in any order.
+products = Table(
+    "products",
+    metadata,
+    Column("product_id", String(64), primary_key=True),
+    Column("title", String(300), nullable=False),
+    Column("category", String(64), nullable=False),
+    Column("price_cents", Integer, nullable=False),
+    Column("currency", String(3), nullable=False),
+    Column("url", String(500), nullable=False),
+    Column("image_url", String(500)),
+    Column("created_at", UtcDateTime, nullable=False),
+)
+
+orders = Table(
+    "orders",
+    metadata,
+    Column("order_id", String(64), primary_key=True),
+    Column("customer_id", String(128), nullable=False, index=True),
+    Column("product_id", String(64), nullable=False),
+    Column("ordered_at", UtcDateTime, nullable=False, index=True),
 )
 
 period_runs = Table(
