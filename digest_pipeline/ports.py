@@ -46,23 +46,23 @@ class Clock(ABC):
 
 
 class CustomerSource(ABC):
-    """The shop's records: customers (read when a period's eligibility is frozen), and the
-    catalogue and orders (read when the period's digest content is generated)."""
+    """The shop's records: customers, its product catalogue and its order lines.
+
+    Customers are read when a period's eligibility is frozen; the catalogue and the orders when
+    the period's digest content is generated.
+    """
 
     @abstractmethod
     def customers(self) -> Iterator[Customer]:
         """Streams every customer; the eligibility rule is applied by the snapshot service."""
 
-    # Not abstract (yet): test doubles that only stand in for the customer table keep working.
-    # A source that cannot list its catalogue or orders must say so, never yield an empty one:
-    # empty content would turn every digest of the period into a permanent render failure.
+    @abstractmethod
     def products(self) -> Iterator[Product]:
         """Streams the whole catalogue, in product id order."""
-        raise NotImplementedError(f"{type(self).__name__} has no product catalogue")
 
+    @abstractmethod
     def orders(self, since: datetime, until: datetime) -> Iterator[Order]:
         """Streams the order lines with `since <= ordered_at < until`, oldest first."""
-        raise NotImplementedError(f"{type(self).__name__} has no orders")
 
 
 class Mailer(ABC):

@@ -1,21 +1,47 @@
-"""Customers from the `customers` table of the ledger database (the embedded shop's source)."""
+"""The shop's customers, catalogue and orders from the ledger database (the embedded shop's source).
+
+Each method streams in a stable order with `yield_per`, so a large table is never loaded whole.
+On SQLite it reads through its own plain connections: the snapshot streams customers while the
+ledger's `BEGIN IMMEDIATE` write transaction is open, and a read through the ledger's engine
+would wait for the very writer it feeds.
+"""
 
 from collections.abc import Iterator
+from datetime import datetime
 
-from sqlalchemy import Engine, select
+from sqlalchemy import Engine, create_engine, select
+from sqlalchemy.pool import NullPool
 
-from digest_pipeline.adapters.sql_schema import customers
+from digest_pipeline.adapters.sql_schema import customers, orders, products
+from digest_pipeline.domain.catalogue import Order, Product
 from digest_pipeline.domain.model import Customer
 from digest_pipeline.ports import CustomerSource
 
 STREAM_ROWS = 10_000
+SQLITE_READ_TIMEOUT_SECONDS = 30
+
+
+def _reader(engine: Engine) -> Engine:
+    """An engine whose reads never take SQLite's write lock (the same engine elsewhere)."""
+    database = engine.url.database
+    if engine.dialect.name != "sqlite" or not database or database == ":memory:":
+        return engine
+    # pysqlite issues no BEGIN before a SELECT, so each read is one statement in autocommit
+    # mode, which WAL (set by the ledger's engine) runs beside a writer from its own snapshot.
+    # NullPool: nothing to dispose, since no connection outlives a read.
+    return create_engine(
+        engine.url,
+        poolclass=NullPool,
+        connect_args={"check_same_thread": False, "timeout": SQLITE_READ_TIMEOUT_SECONDS},
+    )
 
 
 class SqlCustomerSource(CustomerSource):
-    """Streams customers in id order without loading the whole table."""
+    """Streams customers in id order, products in id order and orders oldest first."""
 
     def __init__(self, engine: Engine) -> None:
-        self._engine = engine
+        # create_engine does no I/O: the first connection is made by the first read
+        self._engine = _reader(engine)
 
     def customers(self) -> Iterator[Customer]:
         c = customers.c
@@ -23,3 +49,30 @@ class SqlCustomerSource(CustomerSource):
         with self._engine.connect() as conn:
             for r in conn.execution_options(yield_per=STREAM_ROWS).execute(q):
                 yield Customer(r.customer_id, r.email, bool(r.active), bool(r.opted_in))
+
+    def products(self) -> Iterator[Product]:
+        p = products.c
+        q = select(products).order_by(p.product_id)
+        with self._engine.connect() as conn:
+            for r in conn.execution_options(yield_per=STREAM_ROWS).execute(q):
+                yield Product(
+                    r.product_id,
+                    r.title,
+                    r.category,
+                    r.price_cents,
+                    r.currency,
+                    r.url,
+                    r.image_url,
+                    r.created_at,
+                )
+
+    def orders(self, since: datetime, until: datetime) -> Iterator[Order]:
+        o = orders.c
+        q = (
+            select(o.order_id, o.customer_id, o.product_id, o.ordered_at)
+            .where(o.ordered_at >= since, o.ordered_at < until)
+            .order_by(o.ordered_at, o.order_id)
+        )
+        with self._engine.connect() as conn:
+            for r in conn.execution_options(yield_per=STREAM_ROWS).execute(q):
+                yield Order(r.order_id, r.customer_id, r.product_id, r.ordered_at)

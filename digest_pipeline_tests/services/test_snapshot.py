@@ -1,10 +1,11 @@
 """Eligibility: who is frozen for a period, and that a frozen selection never changes."""
 
 from collections.abc import Iterator
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import pytest
 
+from digest_pipeline.domain.catalogue import Order, Product
 from digest_pipeline.domain.model import Customer, SnapshotEntry
 from digest_pipeline.domain.periods import Period
 from digest_pipeline.ports import CustomerSource
@@ -25,6 +26,12 @@ class UnreadableSource(CustomerSource):
 
     def customers(self) -> Iterator[Customer]:
         raise AssertionError("the customer source was read again")
+
+    def products(self) -> Iterator[Product]:
+        raise AssertionError("the catalogue was read by the snapshot")
+
+    def orders(self, since: datetime, until: datetime) -> Iterator[Order]:
+        raise AssertionError("the orders were read by the snapshot")
 
 
 def mixed_source() -> FakeCustomerSource:
