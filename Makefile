@@ -46,7 +46,7 @@ lint: install ## ruff check, ruff format --check, import contracts, mypy
 validate: install ## Load the Dagster definitions as `dagster dev` would (workspace.yaml)
 	env -u DAGSTER_HOME $(BIN)/dagster definitions validate -w workspace.yaml
 
-test: install lint ## Lint, then every test tier against a throwaway PostgreSQL
+test: install lint validate ## Lint, validate, then every test tier against a throwaway PostgreSQL
 	scripts/pg-test-cluster.sh -- $(BIN)/pytest $(PYTEST_ARGS)
 
 test-fast: install ## Tests that need no services (pytest -m "not integration")

@@ -1,0 +1,112 @@
+"""`digest run`: materialise one period's partition of the whole asset graph, in this process.
+
+It runs the same job, resources and checks the schedule runs (the project's Definitions) against
+the project's Dagster instance, so the run shows up in the UI; a progress line is drawn from the
+ledger while it runs, and a summary table is printed at the end.
+"""
+
+import argparse
+import threading
+from typing import Any
+
+from digest_pipeline.cli.context import EXIT_FAILED, EXIT_OK, Context, parse_period, table
+from digest_pipeline.domain.periods import Period
+from digest_pipeline.domain.states import CLAIMABLE, DeliveryState
+from digest_pipeline.instance import prepare_home
+from digest_pipeline.services.metrics import period_metrics
+
+JOB = "weekly_digest_job"
+WIDTH = 30
+
+
+def register(sub: Any) -> None:
+    """Adds `digest run`."""
+    p = sub.add_parser(
+        "run",
+        help="materialise one period's partition of the asset graph (safe to repeat)",
+        description="Snapshot, content, work items, deliveries and cleanup for one period, with "
+        "the asset checks, recorded in the project's Dagster instance (DAGSTER_HOME, default "
+        ".digest/dagster_home). Re-running a period never sends a digest twice.",
+    )
+    p.add_argument("--period", required=True, help="2026-W42, its Monday 2026-10-12, or latest")
+    p.set_defaults(handler=run_period)
+
+
+class Progress:
+    """Redraws `[#####.....] recorded/eligible` from the ledger until stopped."""
+
+    def __init__(self, ctx: Context, period: Period) -> None:
+        self._ctx, self._period = ctx, period
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def __enter__(self) -> "Progress":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self._draw()
+        self._ctx.err.write("\n")
+
+    def _loop(self) -> None:
+        # Redrawing in place only makes sense on a terminal; a log file gets the final line.
+        live = self._ctx.err.isatty()
+        while not self._stop.wait(0.5):
+            if live:
+                self._draw()
+
+    def _draw(self) -> None:
+        counts = self._ctx.ledger.state_counts(self._period)
+        total = sum(counts.values())
+        waiting = sum(counts.get(s, 0) for s in (*CLAIMABLE, DeliveryState.CLAIMED))
+        done = total - waiting
+        filled = WIDTH * done // total if total else 0
+        bar = "#" * filled + "." * (WIDTH - filled)
+        self._ctx.err.write(f"\r{self._period} [{bar}] {done}/{total} items recorded")
+        self._ctx.err.flush()
+
+
+def run_period(ctx: Context, args: argparse.Namespace) -> int:
+    """Materialises the period; exit 1 if the run or a blocking check failed."""
+    period = parse_period(ctx, args.period)
+    settings = ctx.settings  # a bad setting fails here, before anything runs
+    ledger = ctx.ledger  # migrated before the progress line starts reading it
+    # Imported here, not at the top: loading Dagster takes seconds `digest status` should not pay.
+    import dagster as dg
+
+    from digest_pipeline.definitions import defs
+
+    home = prepare_home(ctx.root, ctx.env)
+    job = defs().resolve_job_def(JOB)
+    instance = dg.DagsterInstance.from_config(str(home))
+    try:
+        with Progress(ctx, period):
+            result = job.execute_in_process(
+                partition_key=period.partition_key,
+                instance=instance,
+                raise_on_error=False,
+                # the full event log goes to the instance (and the UI); the terminal gets the bar
+                run_config={"loggers": {"console": {"config": {"log_level": "ERROR"}}}},
+            )
+        checks = result.get_asset_check_evaluations()
+    finally:
+        instance.dispose()
+    metrics = period_metrics(ledger, period, ctx.clock.now())
+    ctx.write(f"period {period}: run {result.run_id} {'succeeded' if result.success else 'FAILED'}")
+    ctx.write()
+    table(ctx, sorted(metrics.by_state.items()), ("state", "items"))
+    ctx.write()
+    table(
+        ctx,
+        sorted(
+            (c.check_name, "pass" if c.passed else f"FAIL ({c.severity.value})") for c in checks
+        ),
+        ("check", "result"),
+    )
+    ctx.write()
+    if settings.mailer == "outbox":
+        ctx.write(f"messages: {settings.outbox_dir}/new (one .eml file per operation key)")
+    ctx.write(f"inspect: make ui, then http://127.0.0.1:3000 (DAGSTER_HOME={home})")
+    return EXIT_OK if result.success else EXIT_FAILED

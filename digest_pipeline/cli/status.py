@@ -1,0 +1,68 @@
+"""`digest status`: a period's counts by state, its invariants and its metrics, from the ledger."""
+
+import argparse
+from typing import Any
+
+from digest_pipeline.cli.context import (
+    EXIT_FAILED,
+    EXIT_OK,
+    Context,
+    emit_json,
+    parse_period,
+    table,
+)
+from digest_pipeline.services.metrics import period_metrics
+
+
+def register(sub: Any) -> None:
+    """Adds `digest status`."""
+    p = sub.add_parser(
+        "status",
+        help="counts by state, invariant results and metrics of one period",
+        description="Read one period's state from the ledger. Exit code 1 when an invariant "
+        "fails, so scripts and alerts can use it.",
+    )
+    p.add_argument("--period", required=True, help="2026-W42, its Monday 2026-10-12, or latest")
+    p.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    p.set_defaults(handler=run_status)
+
+
+def run_status(ctx: Context, args: argparse.Namespace) -> int:
+    """Prints the period's state; exit 1 if an invariant fails."""
+    period = parse_period(ctx, args.period)
+    ledger, now = ctx.ledger, ctx.clock.now()
+    metrics = period_metrics(ledger, period, now)
+    invariants = ledger.check_invariants(period, now)
+    ok = all(r.passed for r in invariants)
+    if args.json:
+        emit_json(
+            ctx,
+            {
+                "period": str(period),
+                "by_state": metrics.by_state,
+                "invariants": {
+                    r.name: {"passed": r.passed, "violations": r.violations, "sample": r.sample}
+                    for r in invariants
+                },
+                "metrics": metrics.as_flat_dict(),
+                "dead_letters": metrics.dead_letters,
+            },
+        )
+        return EXIT_OK if ok else EXIT_FAILED
+    ctx.write(f"period {period} (partition {period.partition_key}), eligible {metrics.eligible}")
+    ctx.write()
+    table(ctx, sorted(metrics.by_state.items()), ("state", "items"))
+    ctx.write()
+    table(
+        ctx,
+        [
+            (r.name, "pass" if r.passed else "FAIL", r.violations, " ".join(r.sample))
+            for r in invariants
+        ],
+        ("invariant", "result", "violations", "sample keys"),
+    )
+    ctx.write()
+    flat = metrics.as_flat_dict()
+    keys = [k for k in flat if k.endswith("_s") or k.startswith(("retry_rate", "duplicate"))]
+    table(ctx, [(k, "-" if flat[k] is None else flat[k]) for k in keys], ("metric", "value"))
+    return EXIT_OK if ok else EXIT_FAILED

@@ -1,0 +1,119 @@
+"""The period's assets before and after delivery: snapshot, content, work items and cleanup.
+
+Each asset reads its resources, calls one service and records the service's report as
+materialisation metadata (counts only: no address, no digest content). Every one is safe to
+re-materialise; the services are idempotent and the metadata says what a re-run reused.
+"""
+
+import dagster as dg
+
+from digest_pipeline.defs.partitions import weekly_partitions
+from digest_pipeline.defs.resources import DeliveryResource
+from digest_pipeline.domain.periods import Period
+from digest_pipeline.ports import Clock, CustomerSource, Ledger
+from digest_pipeline.services.cleanup import clean_period
+from digest_pipeline.services.content import generate_content
+from digest_pipeline.services.enqueue import enqueue_period
+from digest_pipeline.services.metrics import period_metrics
+from digest_pipeline.services.snapshot import take_snapshot
+
+GROUP = "digest"
+
+
+@dg.asset(group_name=GROUP, partitions_def=weekly_partitions)
+def eligibility_snapshot(
+    context: dg.AssetExecutionContext,
+    customer_source: dg.ResourceParam[CustomerSource],
+    ledger: dg.ResourceParam[Ledger],
+    clock: dg.ResourceParam[Clock],
+) -> dg.MaterializeResult[None]:
+    """The week's frozen selection of active, opted-in customers, with their addresses.
+
+    Frozen by the first materialisation of the partition; a re-run reuses it unchanged (metadata
+    `reused`), so a customer who opts out or in after the freeze does not change the week.
+    """
+    report = take_snapshot(
+        customer_source, ledger, clock, Period.parse(context.partition_key), context.run.run_id
+    )
+    note = (
+        f"Re-run: reused the snapshot frozen by run {report.selection_run_id}."
+        if report.reused
+        else "Froze a new snapshot."
+    )
+    return dg.MaterializeResult(
+        metadata={
+            "eligible": report.eligible,
+            "reused": report.reused,
+            "note": dg.MetadataValue.text(note),
+            "selected_at": dg.MetadataValue.timestamp(report.selected_at),
+            "selection_run_id": dg.MetadataValue.text(report.selection_run_id),
+            "considered": report.considered,
+            "invalid_ids": report.invalid_ids,
+        }
+    )
+
+
+@dg.asset(group_name=GROUP, partitions_def=weekly_partitions, deps=[eligibility_snapshot])
+def digest_content(
+    context: dg.AssetExecutionContext,
+    customer_source: dg.ResourceParam[CustomerSource],
+    ledger: dg.ResourceParam[Ledger],
+) -> dg.MaterializeResult[None]:
+    """Each selected customer's generated digest rows (product picks), linked to its key.
+
+    Customers who already have rows, or whose digest was already sent, are skipped
+    (`skipped_existing`); `without_picks` counts customers the catalogue offered nothing.
+    """
+    report = generate_content(customer_source, ledger, Period.parse(context.partition_key))
+    return dg.MaterializeResult(
+        metadata={
+            "customers": report.customers,
+            "rows": report.rows,
+            "skipped_existing": report.skipped_existing,
+            "without_picks": report.without_picks,
+        }
+    )
+
+
+@dg.asset(group_name=GROUP, partitions_def=weekly_partitions, deps=[digest_content])
+def digest_work_items(
+    context: dg.AssetExecutionContext,
+    ledger: dg.ResourceParam[Ledger],
+    clock: dg.ResourceParam[Clock],
+) -> dg.MaterializeResult[None]:
+    """One durable work item per selected customer, created once (`existing` on a re-run)."""
+    receipt = enqueue_period(ledger, clock, Period.parse(context.partition_key))
+    return dg.MaterializeResult(metadata={"created": receipt.created, "existing": receipt.existing})
+
+
+@dg.asset(group_name=GROUP, partitions_def=weekly_partitions, deps=["digest_deliveries"])
+def digest_cleanup(
+    context: dg.AssetExecutionContext,
+    ledger: dg.ResourceParam[Ledger],
+    clock: dg.ResourceParam[Clock],
+    delivery: DeliveryResource,
+) -> dg.MaterializeResult[None]:
+    """The cleanup gate: archives or deletes the generated rows of sent digests, once per key.
+
+    Items not sent (`unknown`, `failed`, dead-lettered, still retrying) keep their rows and are
+    counted in `held_back_<state>`; a re-run counts earlier cleanups in `already_cleaned`.
+    """
+    period = Period.parse(context.partition_key)
+    report = clean_period(ledger, clock, period, delivery.settings().cleanup_mode)
+    metrics = period_metrics(ledger, period, clock.now())
+    held_back = {
+        f"held_back_{reason.removeprefix('not_sent:')}": n
+        for reason, n in sorted(report.held_back.items())
+    }
+    return dg.MaterializeResult(
+        metadata={
+            "cleaned": report.cleaned,
+            "already_cleaned": report.already_cleaned,
+            "rows": report.rows,
+            "held_back": report.held_back.total(),
+            **held_back,
+            "lost_races": report.lost_races,
+            "cleanup_lag_p50_s": metrics.cleanup_lag_p50_s,
+            "cleanup_lag_max_s": metrics.cleanup_lag_max_s,
+        }
+    )

@@ -1,0 +1,84 @@
+"""Design §4's invariants as partitioned asset checks, one per invariant, named after it.
+
+Every check reads what the ledger recorded for the week (`Ledger.check_invariants`), never an
+in-memory value, so a re-run judges what actually happened. Blocking checks stop `digest_cleanup`
+in the same run; across runs the ledger's own cleanup gate protects the rows. Metadata holds the
+violation count and a sample of operation keys (keys only, never addresses).
+"""
+
+import dagster as dg
+
+from digest_pipeline.defs.partitions import weekly_partitions
+from digest_pipeline.defs.report import check_result
+from digest_pipeline.domain.periods import Period
+from digest_pipeline.ports import Clock, Ledger
+
+
+def _invariant_check(
+    name: str, invariant: str, asset: str, blocking: bool, description: str, problem: str
+) -> dg.AssetChecksDefinition:
+    """A check that evaluates one of the ledger's invariants (by its ledger name) for the week."""
+
+    @dg.asset_check(
+        name=name,
+        asset=asset,
+        partitions_def=weekly_partitions,
+        blocking=blocking,
+        description=description,
+    )
+    def _check(
+        context: dg.AssetCheckExecutionContext,
+        ledger: dg.ResourceParam[Ledger],
+        clock: dg.ResourceParam[Clock],
+    ) -> dg.AssetCheckResult:
+        period = Period.parse(context.partition_key)
+        [r] = ledger.check_invariants(period, clock.now(), names={invariant})
+        summary = "holds" if r.passed else f"{r.violations} {problem}"
+        return check_result(period, r.passed, r.violations, r.sample, summary)
+
+    return _check
+
+
+snapshot_unchanged = _invariant_check(
+    "snapshot_unchanged",
+    "snapshot_unchanged",
+    "eligibility_snapshot",
+    True,
+    "The frozen selection still matches the fingerprint taken when it was frozen (invariant 5).",
+    "period(s) whose frozen snapshot was changed after the freeze",
+)
+no_silent_timeout = _invariant_check(
+    "no_silent_timeout",
+    "no_silent_timeout",
+    "digest_deliveries",
+    True,
+    "Every attempt that timed out after the request was sent is `unknown` or was reconciled "
+    "with evidence; none was quietly recorded as not sent (invariant 2).",
+    "key(s) with a timed-out attempt turned into not-sent without reconciliation",
+)
+every_customer_has_visible_state = _invariant_check(
+    "every_customer_has_visible_state",
+    "every_item_visible",
+    "digest_deliveries",
+    True,
+    "Every selected customer has one work item in a visible state: terminal, a scheduled "
+    "retry, or `unknown`; none missing and none stuck in `claimed` past its lease (invariant 3).",
+    "key(s) missing a work item, stuck in a claim past its lease, or retrying with no due time",
+)
+no_duplicate_send = _invariant_check(
+    "no_duplicate_send",
+    "at_most_one_send_per_key",
+    "digest_deliveries",
+    True,
+    "At most one provider-confirmed send per operation key (invariant 4).",
+    "key(s) the provider confirmed more than once",
+)
+at_most_one_cleanup_per_key = _invariant_check(
+    "at_most_one_cleanup_per_key",
+    "one_cleanup_per_sent_item",
+    "digest_cleanup",
+    False,
+    "At most one completed cleanup per operation key, and none for an item never sent "
+    "(invariant 1).",
+    "key(s) cleaned twice or cleaned without a send",
+)

@@ -1,0 +1,126 @@
+"""`digest_deliveries`: the delivery gate as a graph asset that fans out over batches of due items.
+
+A plan step recovers expired leases and counts the period's due items, then yields one dynamic
+output per batch (`batch_0000`, `batch_0001`, …: surrogate names, never a key or an address).
+Each mapped step claims and delivers up to one batch with bounded concurrency; a customer's
+failed send is a recorded state, so only an infrastructure fault fails a step. The collect step
+reconciles `unknown` items and records the period's numbers, read back from the ledger.
+"""
+
+import math
+import random
+from collections.abc import Iterator
+from typing import Any
+
+import dagster as dg
+
+from digest_pipeline.defs.partitions import weekly_partitions
+from digest_pipeline.defs.report import delivery_metadata
+from digest_pipeline.defs.resources import DeliveryResource
+from digest_pipeline.domain.periods import Period
+from digest_pipeline.domain.states import DeliveryState
+from digest_pipeline.ports import Clock, Composer, Ledger, Mailer
+from digest_pipeline.services.deliver import Deliverer, deliver_due
+from digest_pipeline.services.metrics import period_metrics
+from digest_pipeline.services.reconcile import reconcile_period
+
+S = DeliveryState
+
+
+@dg.op(
+    ins={"work_items": dg.In(dg.Nothing)},
+    out={"batches": dg.DynamicOut(int), "before": dg.Out(dict)},
+)
+def plan_batches(
+    context: dg.OpExecutionContext,
+    ledger: dg.ResourceParam[Ledger],
+    clock: dg.ResourceParam[Clock],
+    delivery: DeliveryResource,
+) -> Iterator[dg.Output[dict[str, int]] | dg.DynamicOutput[int]]:
+    """Recovers expired leases, then yields one batch per `batch_size` due items."""
+    period = Period.parse(context.partition_key)
+    now = clock.now()
+    recovered = ledger.recover_expired_leases(now)
+    counts = ledger.state_counts(period)
+    due = ledger.due_count(now, period)
+    batches = math.ceil(due / delivery.settings().batch_size)
+    context.log.info("period %s: %d due item(s) in %d batch(es)", period, due, batches)
+    yield dg.Output(
+        {
+            "batches": batches,
+            "skipped_already_sent": counts.get(S.SENT, 0) + counts.get(S.CLEANED, 0),
+            "lease_requeued": len(recovered.requeued),
+            "lease_unknown": len(recovered.unknown),
+        },
+        output_name="before",
+    )
+    for i in range(batches):
+        yield dg.DynamicOutput(i, mapping_key=f"batch_{i:04d}", output_name="batches")
+
+
+@dg.op
+def deliver_batch(
+    context: dg.OpExecutionContext,
+    batch: int,
+    ledger: dg.ResourceParam[Ledger],
+    mailer: dg.ResourceParam[Mailer],
+    composer: dg.ResourceParam[Composer],
+    clock: dg.ResourceParam[Clock],
+    delivery: DeliveryResource,
+) -> dict[str, int]:
+    """Claims and delivers up to one batch of the period's due items; returns only counts."""
+    settings = delivery.settings()
+    deliverer = Deliverer(
+        ledger,
+        mailer,
+        composer,
+        clock,
+        settings.policy,
+        random.Random().random,
+        owner=f"{context.run.run_id[:8]}:{context.get_mapping_key()}",
+    )
+    report = deliver_due(
+        deliverer,
+        batch_size=settings.batch_size,
+        concurrency=settings.concurrency,
+        period=Period.parse(context.partition_key),
+        max_items=settings.batch_size,
+    )
+    return {"claimed": report.claimed, "lost_races": report.lost_races, **report.outcomes}
+
+
+@dg.op
+def settle_period(
+    context: dg.OpExecutionContext,
+    before: dict[str, int],
+    results: list[dict[str, int]],
+    ledger: dg.ResourceParam[Ledger],
+    mailer: dg.ResourceParam[Mailer],
+    clock: dg.ResourceParam[Clock],
+    delivery: DeliveryResource,
+) -> dg.MaterializeResult[None]:
+    """Reconciles the period's `unknown` items and records its numbers as asset metadata."""
+    period = Period.parse(context.partition_key)
+    reconciled = reconcile_period(ledger, mailer, clock, delivery.settings().policy, period)
+    metrics = period_metrics(ledger, period, clock.now())
+    return dg.MaterializeResult(
+        metadata=delivery_metadata(metrics, ledger.items(period), before, results, reconciled)
+    )
+
+
+@dg.graph_asset(
+    group_name="digest",
+    partitions_def=weekly_partitions,
+    ins={"digest_work_items": dg.AssetIn(dagster_type=dg.Nothing)},
+)
+def digest_deliveries(digest_work_items: Any) -> Any:
+    """Every work item of the week taken to a recorded state: sent, retrying, failed, or unknown.
+
+    Fans out over batches of due items (`DIGEST_BATCH_SIZE`); a re-run sends nothing twice and
+    reports what was already sent (`skipped_already_sent`). Metadata holds the week's counts by
+    state, retry rates by failure class, delays, duplicate detections and `worst_items`, a table
+    of the 20 worst items by key (no addresses, no content). Retries due later are picked up by
+    the `digest_retry_sweeper` sensor.
+    """
+    batches, before = plan_batches(digest_work_items)
+    return settle_period(before, batches.map(deliver_batch).collect())

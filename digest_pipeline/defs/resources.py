@@ -1,0 +1,168 @@
+"""The Dagster composition root: resources that vend the ports, configured from `DIGEST_*`.
+
+Every setting is read at run time, inside `create_resource` or a method, through
+`settings.load_settings(os.environ, Path.cwd())`, so each has the working default of design §7 and
+nothing reads the environment at import or definitions-load time. `dg.EnvVar` is not the default
+binding because Dagster fails a run whose `EnvVar` names an unset variable
+(`dagster/_config/source.py::_ensure_env_variable`). Instead every resource has optional fields,
+named after their variable without `DIGEST_` (`database_url` for `DIGEST_DATABASE_URL`), that
+override the environment when set; an operator may bind `dg.EnvVar(...)` to any of them for a
+variable they do set. Bind secrets (`smtp_password`, `provider_api_key`) only through
+`dg.EnvVar` or not at all: a literal value would be shown in the UI.
+"""
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import dagster as dg
+from pydantic import PrivateAttr
+from sqlalchemy import Engine
+
+from digest_pipeline.adapters.clock import SystemClock
+from digest_pipeline.adapters.customer_source import SqlCustomerSource
+from digest_pipeline.adapters.factory import build_composer, build_mailer
+from digest_pipeline.adapters.sql_engine import create_ledger_engine, migrate
+from digest_pipeline.adapters.sql_ledger import SqlLedger
+from digest_pipeline.domain.model import CleanupMode
+from digest_pipeline.domain.policy import DeliveryPolicy
+from digest_pipeline.ports import Composer, CustomerSource, Ledger, Mailer
+from digest_pipeline.settings import InvalidSetting, Settings, load_settings
+
+
+def _load(**overrides: object) -> Settings:
+    """The settings, with every non-None override standing in for its `DIGEST_*` variable."""
+    env = dict(os.environ)
+    env.update({f"DIGEST_{k.upper()}": str(v) for k, v in overrides.items() if v is not None})
+    return load_settings(env, Path.cwd())
+
+
+class _EngineResource(dg.ConfigurableResource[Any]):
+    """Opens (and migrates) the ledger database for one run; disposes of it afterwards."""
+
+    database_url: str | None = None
+    _engine: Engine | None = PrivateAttr(default=None)
+
+    def _open(self) -> Engine:
+        self._engine = create_ledger_engine(_load(database_url=self.database_url).database_url)
+        migrate(self._engine)
+        return self._engine
+
+    def teardown_after_execution(self, context: dg.InitResourceContext) -> None:
+        if self._engine is not None:
+            self._engine.dispose()
+
+
+class LedgerResource(_EngineResource):
+    """The SQL ledger on `DIGEST_DATABASE_URL` (an SQLite file under `.digest/` by default)."""
+
+    def create_resource(self, context: dg.InitResourceContext) -> Ledger:
+        return SqlLedger(self._open())
+
+
+class CustomerSourceResource(_EngineResource):
+    """The shop's customers, catalogue and orders, from the tables in the ledger database."""
+
+    def create_resource(self, context: dg.InitResourceContext) -> CustomerSource:
+        return SqlCustomerSource(self._open())
+
+
+class MailerResource(dg.ConfigurableResource[Mailer]):
+    """The mailer `DIGEST_MAILER` names: `outbox` (default), `smtp` or `http`."""
+
+    mailer: str | None = None
+    outbox_dir: str | None = None
+    smtp_host: str | None = None
+    smtp_port: int | None = None
+    smtp_username: str | None = None
+    smtp_password: str | None = None
+    smtp_security: str | None = None
+    smtp_timeout_seconds: float | None = None
+    provider_url: str | None = None
+    provider_api_key: str | None = None
+    provider_timeout_seconds: float | None = None
+    provider_idempotency_window_seconds: float | None = None
+
+    def create_resource(self, context: dg.InitResourceContext) -> Mailer:
+        return build_mailer(_load(**self.model_dump()))
+
+
+class ComposerResource(dg.ConfigurableResource[Composer]):
+    """The Jinja2 digest composer with the configured sender and unsubscribe link."""
+
+    from_address: str | None = None
+    unsubscribe_url: str | None = None
+    unsubscribe_secret: str | None = None
+
+    def create_resource(self, context: dg.InitResourceContext) -> Composer:
+        return build_composer(_load(**self.model_dump()), SystemClock())
+
+
+@dataclass(frozen=True)
+class DeliverySettings:
+    """The delivery gate's bounds and the fan-out, as the assets, checks and sensor use them."""
+
+    policy: DeliveryPolicy
+    batch_size: int
+    concurrency: int
+    cleanup_mode: CleanupMode
+    #: `stale_items` warns when the oldest waiting item of a period is older than this (seconds)
+    stale_after_seconds: float
+    #: `dead_letter_volume` warns above this share of (dead-lettered + failed) / eligible
+    dead_letter_rate_threshold: float
+
+
+class DeliveryResource(dg.ConfigurableResource["DeliveryResource"]):
+    """Retry bounds, lease, window, batch, concurrency and cleanup mode, plus warning thresholds.
+
+    The thresholds of `stale_items` and `dead_letter_volume` have no `DIGEST_*` variable; they
+    are this resource's configuration (bind a value, or set it in the launchpad's run config).
+    """
+
+    batch_size: int | None = None
+    concurrency: int | None = None
+    cleanup_mode: str | None = None
+    retry_base_seconds: float | None = None
+    retry_cap_seconds: float | None = None
+    retry_max_attempts: int | None = None
+    retry_max_age_seconds: float | None = None
+    lease_seconds: float | None = None
+    delivery_window_seconds: float | None = None
+    unknown_retention_seconds: float | None = None
+    stale_after_seconds: float = 6 * 3600.0
+    dead_letter_rate_threshold: float = 0.05
+
+    def settings(self) -> DeliverySettings:
+        """Reads the `DIGEST_*` delivery settings now; a bad value raises InvalidSetting."""
+        fields = self.model_dump(exclude={"stale_after_seconds", "dead_letter_rate_threshold"})
+        s = _load(**fields)
+        if not self.stale_after_seconds > 0:
+            raise InvalidSetting("stale_after_seconds must be a positive number of seconds")
+        if not 0 <= self.dead_letter_rate_threshold <= 1:
+            raise InvalidSetting("dead_letter_rate_threshold must be between 0 and 1")
+        return DeliverySettings(
+            s.policy,
+            s.batch_size,
+            s.concurrency,
+            s.cleanup_mode,
+            self.stale_after_seconds,
+            self.dead_letter_rate_threshold,
+        )
+
+
+@dg.definitions
+def resources() -> dg.Definitions:
+    """Binds every resource key the assets, checks and sensor ask for."""
+    return dg.Definitions(
+        resources={
+            "ledger": LedgerResource(),
+            "customer_source": CustomerSourceResource(),
+            "mailer": MailerResource(),
+            "composer": ComposerResource(),
+            # A plain value: it has nothing to configure, and a field-less ConfigurableResource
+            # trips a pydantic deprecation inside Dagster (`__fields__` fallback).
+            "clock": SystemClock(),
+            "delivery": DeliveryResource(),
+        }
+    )

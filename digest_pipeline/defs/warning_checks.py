@@ -1,0 +1,79 @@
+"""Two warnings for operators on `digest_deliveries`: stale items and dead-letter volume.
+
+WARN severity: they never block cleanup; they tell an operator to look (is the sweeper running?
+is a provider refusing a whole domain?). Thresholds are `DeliveryResource` configuration.
+"""
+
+from datetime import timedelta
+
+import dagster as dg
+
+from digest_pipeline.defs.partitions import weekly_partitions
+from digest_pipeline.defs.report import check_result
+from digest_pipeline.defs.resources import DeliveryResource
+from digest_pipeline.domain.periods import Period
+from digest_pipeline.domain.states import CLAIMABLE, DeliveryState
+from digest_pipeline.ports import Clock, Ledger
+
+S = DeliveryState
+
+_WAITING = (*CLAIMABLE, S.CLAIMED)
+
+
+@dg.asset_check(asset="digest_deliveries", partitions_def=weekly_partitions)
+def stale_items(
+    context: dg.AssetCheckExecutionContext,
+    ledger: dg.ResourceParam[Ledger],
+    clock: dg.ResourceParam[Clock],
+    delivery: DeliveryResource,
+) -> dg.AssetCheckResult:
+    """Warns when a waiting item of the week is older than the stale threshold.
+
+    Waiting means pending, retrying or claimed; the threshold is `stale_after_seconds` (6 h by
+    default). Old waiting items usually mean the `digest_retry_sweeper` sensor is not running.
+    """
+    period, now = Period.parse(context.partition_key), clock.now()
+    limit = timedelta(seconds=delivery.settings().stale_after_seconds)
+    waiting = ledger.items(period, _WAITING)
+    stale = sorted((i for i in waiting if now - i.created_at > limit), key=lambda i: i.created_at)
+    oldest = max((now - i.created_at).total_seconds() for i in waiting) if waiting else None
+    return check_result(
+        period,
+        not stale,
+        len(stale),
+        [str(i.key) for i in stale],
+        f"{len(stale)} item(s) waiting longer than {limit}",
+        dg.AssetCheckSeverity.WARN,
+        oldest_pending_age_s=oldest,
+        threshold_s=limit.total_seconds(),
+    )
+
+
+@dg.asset_check(asset="digest_deliveries", partitions_def=weekly_partitions)
+def dead_letter_volume(
+    context: dg.AssetCheckExecutionContext,
+    ledger: dg.ResourceParam[Ledger],
+    delivery: DeliveryResource,
+) -> dg.AssetCheckResult:
+    """Warns when too many of the week's digests ended dead-lettered or failed.
+
+    The share is (dead-lettered + failed) / eligible, against `dead_letter_rate_threshold` (5 % by
+    default). Inspect them with `digest dead-letters --period …` before replaying any.
+    """
+    period = Period.parse(context.partition_key)
+    threshold = delivery.settings().dead_letter_rate_threshold
+    snapshot = ledger.snapshot(period)
+    eligible = snapshot.eligible_count if snapshot is not None else 0
+    lost = ledger.items(period, (S.DEAD_LETTERED, S.FAILED))
+    rate = len(lost) / eligible if eligible else 0.0
+    return check_result(
+        period,
+        rate <= threshold,
+        len(lost),
+        [str(i.key) for i in lost],
+        f"{len(lost)} item(s) dead-lettered or failed: {rate:.1%} of {eligible} eligible"
+        f" ({'within' if rate <= threshold else 'above'} the {threshold:.1%} threshold)",
+        dg.AssetCheckSeverity.WARN,
+        dead_letter_rate=rate,
+        threshold=threshold,
+    )

@@ -1,0 +1,167 @@
+"""The Dagster tier's world: fakes bound as resources, and one call to materialise a week.
+
+Addresses and product titles are distinctive, so a test can search the whole event log for them.
+"""
+
+import functools
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+import dagster as dg
+
+from digest_pipeline.definitions import defs
+from digest_pipeline.defs.assets import (
+    digest_cleanup,
+    digest_content,
+    digest_work_items,
+    eligibility_snapshot,
+)
+from digest_pipeline.defs.checks import (
+    at_most_one_cleanup_per_key,
+    every_customer_has_visible_state,
+    no_duplicate_send,
+    no_silent_timeout,
+    snapshot_unchanged,
+)
+from digest_pipeline.defs.deliveries import digest_deliveries
+from digest_pipeline.defs.resources import DeliveryResource
+from digest_pipeline.defs.sensors import digest_retry_sweeper
+from digest_pipeline.defs.warning_checks import dead_letter_volume, stale_items
+from digest_pipeline.domain.catalogue import Order, Product
+from digest_pipeline.ports import Mailer
+from digest_pipeline_tests.builders import customer_id, make_customer
+from digest_pipeline_tests.conftest import T0, W42
+from digest_pipeline_tests.fakes import (
+    FakeComposer,
+    FakeCustomerSource,
+    FakeLedger,
+    FakeMailer,
+    FixedClock,
+)
+
+PARTITION = "2026-10-12"
+ASSETS = (
+    eligibility_snapshot,
+    digest_content,
+    digest_work_items,
+    digest_deliveries,
+    digest_cleanup,
+)
+CHECKS = (
+    snapshot_unchanged,
+    no_silent_timeout,
+    every_customer_has_visible_state,
+    no_duplicate_send,
+    stale_items,
+    dead_letter_volume,
+    at_most_one_cleanup_per_key,
+)
+PRODUCTS = 6
+#: the three assets before delivery, and the two the sweeper re-runs
+BEFORE_DELIVERY = ["eligibility_snapshot", "digest_content", "digest_work_items"]
+DELIVERY_AND_CLEANUP = ["digest_deliveries", "digest_cleanup"]
+
+
+def product_title(i: int) -> str:
+    return f"Hand-Thrown Celadon Teapot No. {i:03d}"
+
+
+def catalogue() -> list[Product]:
+    return [
+        Product(
+            product_id=f"product-{i:03d}",
+            title=product_title(i),
+            category="Kitchen" if i % 2 else "Garden",
+            price_cents=1_250 + i,
+            currency="EUR",
+            url=f"https://shop.example/p/{i:03d}",
+            image_url=None,
+            created_at=W42.starts_at + timedelta(days=1, hours=i),
+        )
+        for i in range(PRODUCTS)
+    ]
+
+
+def orders(customers: int) -> list[Order]:
+    return [
+        Order(
+            f"order-{n:04d}", customer_id(n), f"product-{n % PRODUCTS:03d}", T0 - timedelta(days=9)
+        )
+        for n in range(1, customers + 1)
+    ]
+
+
+@dataclass
+class World:
+    """One shop and one provider, all fakes, at Monday 06:00 after 2026-W42."""
+
+    instance: dg.DagsterInstance
+    customers: int = 5
+    clock: FixedClock = field(default_factory=lambda: FixedClock(T0))
+    ledger: FakeLedger = field(default_factory=FakeLedger)
+    composer: FakeComposer = field(default_factory=FakeComposer)
+    mailer: FakeMailer = field(init=False)
+    source: FakeCustomerSource = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.mailer = FakeMailer(clock=self.clock)
+        self.source = FakeCustomerSource(
+            [make_customer(n) for n in range(1, self.customers + 1)],
+            catalogue(),
+            orders(self.customers),
+        )
+
+    def resources(self, **delivery: Any) -> dict[str, Any]:
+        return {
+            "ledger": self.ledger,
+            "customer_source": self.source,
+            "mailer": self.mailer,
+            "composer": self.composer,
+            "clock": self.clock,
+            "delivery": DeliveryResource(**delivery),
+        }
+
+    def materialize(
+        self,
+        *,
+        selection: dg.AssetSelection | Sequence[str] | None = None,
+        raise_on_error: bool = True,
+        mailer: Mailer | None = None,
+        **delivery: Any,
+    ) -> dg.ExecuteInProcessResult:
+        """Materialises the week (all five assets and their checks, or `selection`)."""
+        resources = self.resources(**delivery)
+        if mailer is not None:
+            resources["mailer"] = mailer
+        return dg.materialize(
+            [*ASSETS, *CHECKS],
+            partition_key=PARTITION,
+            resources=resources,
+            instance=self.instance,
+            selection=selection,
+            raise_on_error=raise_on_error,
+        )
+
+
+@functools.cache
+def project() -> dg.Definitions:
+    """The project's own Definitions, loaded once per test session."""
+    return defs()
+
+
+def sweep(world: World) -> Any:
+    """One tick of the retry sweeper over the world's ledger, resolved against the project."""
+    with dg.build_sensor_context(resources=world.resources(), definitions=project()) as ctx:
+        return digest_retry_sweeper.evaluate_tick(ctx)
+
+
+def metadata(result: dg.ExecuteInProcessResult, asset: str) -> dict[str, Any]:
+    """The raw values of the asset's (single) materialisation metadata in the run."""
+    [mat] = result.asset_materializations_for_node(asset)
+    return {k: v.value for k, v in mat.metadata.items()}
+
+
+def checks(result: dg.ExecuteInProcessResult) -> dict[str, dg.AssetCheckEvaluation]:
+    return {e.check_name: e for e in result.get_asset_check_evaluations()}

@@ -1,0 +1,108 @@
+"""The project's Definitions load, and hold exactly the graph, checks, schedule and sensor."""
+
+import dagster as dg
+import pytest
+
+from digest_pipeline.definitions import defs
+from digest_pipeline.defs.partitions import weekly_partitions
+
+ASSET_NAMES = {
+    "eligibility_snapshot",
+    "digest_content",
+    "digest_work_items",
+    "digest_deliveries",
+    "digest_cleanup",
+}
+CHECKS_BY_ASSET = {
+    ("eligibility_snapshot", "snapshot_unchanged", True),
+    ("digest_deliveries", "no_silent_timeout", True),
+    ("digest_deliveries", "every_customer_has_visible_state", True),
+    ("digest_deliveries", "no_duplicate_send", True),
+    ("digest_deliveries", "stale_items", False),
+    ("digest_deliveries", "dead_letter_volume", False),
+    ("digest_cleanup", "at_most_one_cleanup_per_key", False),
+}
+
+
+@pytest.fixture(scope="module")
+def project() -> dg.Definitions:
+    return defs()
+
+
+def test_definitions_are_loadable(project):
+    dg.Definitions.validate_loadable(project)
+
+
+def test_loading_reads_no_setting(monkeypatch):
+    # Settings are read when a run starts; a bad value must not break loading the code location.
+    monkeypatch.setenv("DIGEST_BATCH_SIZE", "zero")
+    monkeypatch.setenv("DIGEST_DATABASE_URL", "postgresql://nobody@127.0.0.1:1/none")
+    dg.Definitions.validate_loadable(defs())
+
+
+def test_the_weekly_job_selects_the_five_assets_and_their_checks(project):
+    job = project.resolve_job_def("weekly_digest_job")
+    graph = job.asset_layer.asset_graph
+
+    assert {k.to_user_string() for k in graph.get_all_asset_keys()} == ASSET_NAMES
+    assert {(k.asset_key.to_user_string(), k.name) for k in graph.asset_check_keys} == {
+        (a, c) for a, c, _ in CHECKS_BY_ASSET
+    }
+
+
+def test_the_assets_form_one_chain(project):
+    graph = project.resolve_asset_graph()
+    parents = {
+        k.to_user_string(): {p.to_user_string() for p in graph.get(k).parent_keys}
+        for k in graph.get_all_asset_keys()
+    }
+    assert parents == {
+        "eligibility_snapshot": set(),
+        "digest_content": {"eligibility_snapshot"},
+        "digest_work_items": {"digest_content"},
+        "digest_deliveries": {"digest_work_items"},
+        "digest_cleanup": {"digest_deliveries"},
+    }
+
+
+def test_every_asset_is_in_the_digest_group_partitioned_by_week_and_described(project):
+    graph = project.resolve_asset_graph()
+    for name in ASSET_NAMES:
+        node = graph.get(dg.AssetKey(name))
+        assert node.partitions_def == weekly_partitions, name
+        assert node.group_name == "digest", name
+        assert len(project.resolve_assets_def(name).descriptions_by_key[node.key]) > 40, name
+
+
+def test_every_check_is_partitioned_by_week_and_blocks_only_where_it_must(project):
+    graph = project.resolve_asset_graph()
+    found = set()
+    for key in graph.asset_check_keys:
+        spec = graph.get_check_spec(key)
+        assert spec.partitions_def == weekly_partitions, key.name
+        assert spec.description, key.name
+        found.add((key.asset_key.to_user_string(), key.name, spec.blocking))
+    assert found == CHECKS_BY_ASSET
+
+
+def test_every_resource_key_is_bound(project):
+    assert set(project.resources) == {
+        "ledger",
+        "customer_source",
+        "mailer",
+        "composer",
+        "clock",
+        "delivery",
+    }
+
+
+def test_the_sweeper_targets_delivery_and_cleanup_every_five_minutes_and_starts_stopped(project):
+    sensor = project.resolve_sensor_def("digest_retry_sweeper")
+
+    assert sensor.minimum_interval_seconds == 300
+    assert sensor.default_status == dg.DefaultSensorStatus.STOPPED
+    job = project.resolve_job_def(sensor.job_name)
+    assert {k.to_user_string() for k in job.asset_layer.executable_asset_keys} == {
+        "digest_deliveries",
+        "digest_cleanup",
+    }

@@ -1,0 +1,147 @@
+"""The weekly schedule and the retry sweeper, evaluated with Dagster's testing helpers."""
+
+from datetime import UTC, date, datetime, timedelta
+
+import dagster as dg
+import pytest
+
+from digest_pipeline.domain.failures import FailureClass, SendOutcome
+from digest_pipeline.domain.model import Transition
+from digest_pipeline.domain.periods import Period
+from digest_pipeline.domain.policy import DeliveryPolicy
+from digest_pipeline.domain.states import DeliveryState
+from digest_pipeline_tests.builders import key_of, seed_period
+from digest_pipeline_tests.conftest import T0, W42
+from digest_pipeline_tests.dagster.harness import (
+    BEFORE_DELIVERY,
+    PARTITION,
+    World,
+    metadata,
+    project,
+    sweep,
+)
+
+S = DeliveryState
+SWEEP_KEYS = [dg.AssetKey("digest_deliveries"), dg.AssetKey("digest_cleanup")]
+
+
+@pytest.fixture(scope="module")
+def schedule() -> dg.ScheduleDefinition:
+    return project().resolve_schedule_def("weekly_digest_schedule")
+
+
+@pytest.mark.parametrize(
+    ("tick", "partition", "period"),
+    [
+        (datetime(2026, 10, 19, 6, 0, tzinfo=UTC), "2026-10-12", "2026-W42"),
+        (datetime(2026, 1, 5, 6, 0, tzinfo=UTC), "2025-12-29", "2026-W01"),
+    ],
+)
+def test_a_monday_tick_requests_the_week_that_just_ended(schedule, tick, partition, period):
+    data = schedule.evaluate_tick(dg.build_schedule_context(scheduled_execution_time=tick))
+
+    [request] = data.run_requests
+    assert (request.partition_key, request.run_key) == (partition, partition)
+    assert str(Period.parse(request.partition_key)) == period
+
+
+def test_the_schedule_runs_the_weekly_job_on_monday_morning_and_starts_stopped(schedule):
+    assert schedule.job_name == "weekly_digest_job"
+    assert (schedule.cron_schedule, schedule.execution_timezone) == ("0 6 * * 1", "UTC")
+    assert schedule.default_status == dg.DefaultScheduleStatus.STOPPED
+
+
+def run_requested(world: World, request: dg.RunRequest) -> dg.ExecuteInProcessResult:
+    """Executes a sweeper request as the daemon would: its partition, its assets."""
+    assert request.asset_selection == SWEEP_KEYS
+    assert request.partition_key == PARTITION
+    return world.materialize(selection=[k.to_user_string() for k in request.asset_selection])
+
+
+def test_the_sweeper_skips_when_no_week_is_open(world_of):
+    world = world_of(3)
+    assert sweep(world).skip_message
+    world.materialize()
+    assert "no open week" in sweep(world).skip_message
+
+
+def test_a_due_retry_gets_one_run_whose_key_changes_only_with_the_due_batch(world_of):
+    world = world_of(3)
+    world.mailer.script(key_of(1), SendOutcome.failed(FailureClass.TRANSIENT, "smtp:451"))
+    world.mailer.script(key_of(1), SendOutcome.failed(FailureClass.TRANSIENT, "smtp:451"))
+    world.materialize()
+    assert sweep(world).skip_message  # the retry is not due yet
+
+    world.clock.advance(timedelta(hours=2))
+    [first] = sweep(world).run_requests
+    assert first.run_key.startswith("sweep:2026-W42:")
+    assert first.tags["digest/trigger"] == "sweep"
+    world.clock.advance(timedelta(minutes=5))
+    assert [r.run_key for r in sweep(world).run_requests] == [first.run_key]
+
+    run_requested(world, first)  # fails again: a new retry, a new lease token
+    world.clock.advance(timedelta(hours=2))
+    [second] = sweep(world).run_requests
+    assert second.run_key != first.run_key
+
+    result = run_requested(world, second)
+    assert metadata(result, "digest_deliveries")["sent_this_run"] == 1
+    assert metadata(result, "digest_cleanup")["cleaned"] == 1
+    assert "no open week" in sweep(world).skip_message
+
+
+def test_unknown_items_and_expired_claims_are_swept(world_of):
+    world = world_of(3)
+    world.materialize(selection=BEFORE_DELIVERY)
+    ledger, lease = world.ledger, DeliveryPolicy().lease
+    [c1, _] = ledger.claim_due(T0, "crashed-worker", lease, 2, W42)
+    ticket = ledger.start_attempt(c1, T0)
+    ledger.complete(
+        ticket,
+        SendOutcome.failed(FailureClass.UNKNOWN, "timeout_after_send"),
+        Transition(c1.key, S.CLAIMED, c1.token, S.UNKNOWN, T0, failure_class=FailureClass.UNKNOWN),
+    )
+    world.ledger.claim_due(T0, "busy-worker", lease, 1, W42)  # customer 3: claimed, lease live
+    [only_unknown] = sweep(world).run_requests
+
+    world.clock.advance(lease + timedelta(seconds=1))  # customers 2 and 3 now hold dead claims
+    [with_expired] = sweep(world).run_requests
+    assert with_expired.run_key != only_unknown.run_key
+
+    result = run_requested(world, with_expired)
+    deliveries = metadata(result, "digest_deliveries")
+    assert (deliveries["lease_requeued"], deliveries["sent_this_run"]) == (2, 2)
+    # the provider never saw customer 1's key: reconciliation makes it due again, unsent
+    assert deliveries["reconciled"] == 1
+    assert [ledger.get(key_of(n)).state for n in (1, 2, 3)] == [
+        S.RETRY_SCHEDULED,
+        S.CLEANED,
+        S.CLEANED,
+    ]
+    [retry] = sweep(world).run_requests
+    run_requested(world, retry)
+    assert ledger.get(key_of(1)).state is S.CLEANED
+    assert world.mailer.deliveries_for(key_of(1)) == 1
+
+
+def test_a_week_past_its_delivery_window_is_swept_but_sends_nothing(world_of):
+    world = world_of(3)
+    world.materialize(selection=BEFORE_DELIVERY)
+    world.clock.set(DeliveryPolicy().closes_at(W42) + timedelta(hours=1))
+
+    [request] = sweep(world).run_requests
+    result = run_requested(world, request)
+
+    assert world.mailer.sends == 0
+    assert metadata(result, "digest_deliveries")["dead_lettered"] == 3
+    assert {d.reason for d in world.ledger.dead_letters(W42)} == {"window_closed"}
+    assert "no open week" in sweep(world).skip_message
+
+
+def test_weeks_that_are_not_partitions_are_skipped(world_of):
+    world = world_of(0)
+    seed_period(world.ledger, 2, period=Period(2024, 50))  # before the first partition
+    seed_period(world.ledger, 2, period=Period.of(datetime.now(UTC).date()))  # in progress
+    assert Period.of(date(2024, 12, 9)) == Period(2024, 50)
+
+    assert "no open week" in sweep(world).skip_message
