@@ -13,13 +13,11 @@ from digest_pipeline.adapters.clock import SystemClock
 from digest_pipeline.adapters.sql_engine import create_ledger_engine, migrate
 from digest_pipeline.adapters.sql_ledger import SqlLedger
 from digest_pipeline.domain.errors import DigestError
-from digest_pipeline.domain.periods import Period
+from digest_pipeline.domain.periods import FIRST_PERIOD, Period
 from digest_pipeline.ports import Clock
 from digest_pipeline.settings import Settings, load_settings
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
-#: the first week the asset graph's partitions cover
-FIRST_PERIOD = Period(2025, 2)
 
 
 class UsageError(DigestError):

@@ -6,6 +6,8 @@ partition to its period (`2026-10-12` is 2026-W42). Only completed weeks are par
 
 import dagster as dg
 
+from digest_pipeline.domain.periods import FIRST_PERIOD
+
 weekly_partitions = dg.WeeklyPartitionsDefinition(
-    start_date="2025-01-06", day_offset=1, timezone="UTC"
+    start_date=FIRST_PERIOD.partition_key, day_offset=1, timezone="UTC"
 )

@@ -114,3 +114,8 @@ class OperationKey:
 
     def __str__(self) -> str:
         return f"{KEY_PREFIX}:{self.period}:{self.customer_id}"
+
+
+#: the first week the asset graph partitions (Monday 2025-01-06); earlier weeks are not periods
+#: the pipeline can run
+FIRST_PERIOD = Period(2025, 2)

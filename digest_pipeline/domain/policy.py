@@ -18,8 +18,9 @@ class DeliveryPolicy:
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     #: the visibility timeout: a claim not finished by then is recovered by the sweep
     lease: timedelta = timedelta(minutes=2)
-    #: how long after a period ends its digest is still worth sending (a Thursday, by default)
-    delivery_window: timedelta = timedelta(days=3)
+    #: how long after a period ends its digest is still worth sending: by default until the
+    #: next period's digest is due, so the latest complete week can be run on any day
+    delivery_window: timedelta = timedelta(days=7)
     #: how long an `unknown` item may wait for reconciliation before it is dead-lettered
     unknown_retention: timedelta = timedelta(days=7)
 

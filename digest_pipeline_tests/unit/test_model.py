@@ -118,8 +118,8 @@ def test_delivery_window_closes_at_period_end_plus_window():
     assert policy.closes_at(W42) == W42.ends_at + timedelta(days=3)
 
 
-def test_default_delivery_window_closes_on_the_following_thursday_midnight_utc():
-    assert DeliveryPolicy().closes_at(W42) == datetime(2026, 10, 22, tzinfo=UTC)
+def test_default_delivery_window_closes_when_the_next_periods_digest_is_due():
+    assert DeliveryPolicy().closes_at(W42) == datetime(2026, 10, 26, tzinfo=UTC)
 
 
 def test_delivery_window_close_crosses_the_year_boundary():
