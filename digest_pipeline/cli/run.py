@@ -9,7 +9,14 @@ import argparse
 import threading
 from typing import Any
 
-from digest_pipeline.cli.context import EXIT_FAILED, EXIT_OK, Context, parse_period, table
+from digest_pipeline.cli.context import (
+    EXIT_FAILED,
+    EXIT_OK,
+    Context,
+    UsageError,
+    parse_period,
+    table,
+)
 from digest_pipeline.domain.periods import Period
 from digest_pipeline.domain.states import CLAIMABLE, DeliveryState
 from digest_pipeline.instance import prepare_home
@@ -78,6 +85,8 @@ def run_period(ctx: Context, args: argparse.Namespace) -> int:
 
     from digest_pipeline.definitions import defs
 
+    if not (ctx.root / "dagster.yaml").is_file():
+        raise UsageError(f"no dagster.yaml in {ctx.root}: run digest from the project folder")
     home = prepare_home(ctx.root, ctx.env)
     job = defs().resolve_job_def(JOB)
     instance = dg.DagsterInstance.from_config(str(home))

@@ -123,3 +123,10 @@ def test_status_exits_1_when_an_invariant_fails(env):
     code, out, _ = digest(env, "status", "--period", "latest")
     assert code == 1
     assert "snapshot_unchanged         FAIL" in out
+
+
+def test_run_outside_the_project_folder_says_where_to_run_it(env, tmp_path):
+    out, err = io.StringIO(), io.StringIO()
+    code = main(["run", "--period", "latest"], env=env, root=tmp_path, out=out, err=err)
+    assert code == 2
+    assert "run digest from the project folder" in err.getvalue()
