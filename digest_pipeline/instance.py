@@ -12,7 +12,10 @@ from pathlib import Path
 
 import yaml
 
+from digest_pipeline.settings import InvalidSetting
+
 DEFAULT_HOME = Path(".digest") / "dagster_home"
+PG_SCHEME = "postgresql+psycopg2"
 PG_FIELDS = {
     "DAGSTER_PG_USERNAME": "username",
     "DAGSTER_PG_PASSWORD": "password",
@@ -23,8 +26,20 @@ PG_FIELDS = {
 
 
 def storage_block(env: Mapping[str, str]) -> dict[str, object] | None:
-    """The `storage:` section for the environment, or None for Dagster's SQLite default."""
-    if env.get("DAGSTER_PG_URL"):
+    """The `storage:` section for the environment, or None for Dagster's SQLite default.
+
+    dagster-postgres 0.29 writes `NOTIFY run_events, :id` with a bound parameter, which only
+    psycopg2's client-side binding accepts; SQLAlchemy 2.1 maps a plain `postgresql://` to
+    psycopg 3, and then every event write fails. So the driver must be psycopg2, named in the
+    URL or set as the `scheme` of the field form.
+    """
+    url = env.get("DAGSTER_PG_URL")
+    if url:
+        if not url.startswith(f"{PG_SCHEME}://"):
+            raise InvalidSetting(
+                f"DAGSTER_PG_URL must name the psycopg2 driver ({PG_SCHEME}://user@host/db): "
+                "dagster-postgres cannot write events through psycopg 3"
+            )
         return {"postgres": {"postgres_url": {"env": "DAGSTER_PG_URL"}}}
     if env.get("DAGSTER_PG_HOST"):
         fields: dict[str, object] = {
@@ -32,17 +47,18 @@ def storage_block(env: Mapping[str, str]) -> dict[str, object] | None:
         }
         fields.setdefault("db_name", "dagster")
         fields.setdefault("username", "postgres")
+        fields["scheme"] = PG_SCHEME
         return {"postgres": {"postgres_db": fields}}
     return None
 
 
 def prepare_home(project_root: Path, env: Mapping[str, str], home: Path | None = None) -> Path:
     """Writes `<home>/dagster.yaml` from the project's file; returns the home folder."""
+    storage = storage_block(env)  # refuse a bad storage setting before touching the disk
     chosen = home if home is not None else env.get("DAGSTER_HOME") or project_root / DEFAULT_HOME
     home = Path(chosen).resolve()
     home.mkdir(parents=True, exist_ok=True)
     config = yaml.safe_load((project_root / "dagster.yaml").read_text(encoding="utf-8")) or {}
-    storage = storage_block(env)
     if storage is not None:
         config["storage"] = storage
     (home / "dagster.yaml").write_text(
@@ -55,7 +71,12 @@ def prepare_home(project_root: Path, env: Mapping[str, str], home: Path | None =
 
 def main() -> int:
     """`python -m digest_pipeline.instance`: prepare the home and print its path."""
-    sys.stdout.write(f"{prepare_home(Path.cwd(), os.environ)}\n")
+    try:
+        home = prepare_home(Path.cwd(), os.environ)
+    except InvalidSetting as e:
+        sys.stderr.write(f"digest_pipeline.instance: error: {e}\n")
+        return 2
+    sys.stdout.write(f"{home}\n")
     return 0
 
 

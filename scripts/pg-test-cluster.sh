@@ -8,7 +8,7 @@
 # `digest_test` and `dagster_test`, exports
 #
 #   DIGEST_TEST_DATABASE_URL=postgresql+psycopg://postgres@127.0.0.1:PORT/digest_test
-#   DAGSTER_TEST_PG_URL=postgresql://postgres@127.0.0.1:PORT/dagster_test
+#   DAGSTER_TEST_PG_URL=postgresql+psycopg2://postgres@127.0.0.1:PORT/dagster_test
 #   DIGEST_TEST_PG_PORT=PORT
 #
 # runs CMD, then stops the cluster and removes the temp dir, and exits with CMD's exit code.
@@ -235,7 +235,7 @@ done
 
 export DIGEST_TEST_PG_PORT="$PORT"
 export DIGEST_TEST_DATABASE_URL="postgresql+psycopg://postgres@127.0.0.1:$PORT/digest_test"
-export DAGSTER_TEST_PG_URL="postgresql://postgres@127.0.0.1:$PORT/dagster_test"
+export DAGSTER_TEST_PG_URL="postgresql+psycopg2://postgres@127.0.0.1:$PORT/dagster_test"
 log "PostgreSQL $PG_VERSION on 127.0.0.1:$PORT (data in $PGTMP)"
 
 # --- run the command ------------------------------------------------------------------------

@@ -1,9 +1,11 @@
 from pathlib import Path
 
 import dagster as dg
+import pytest
 import yaml
 
 from digest_pipeline.instance import prepare_home, storage_block
+from digest_pipeline.settings import InvalidSetting
 
 PROJECT = Path(__file__).resolve().parents[2]
 
@@ -22,9 +24,15 @@ def test_the_embedded_default_is_dagsters_own_sqlite_storage_in_the_home(tmp_pat
 
 
 def test_a_postgres_url_moves_storage_to_dagster_postgres():
-    assert storage_block({"DAGSTER_PG_URL": "postgresql://u@h/db"}) == {
+    assert storage_block({"DAGSTER_PG_URL": "postgresql+psycopg2://u@h/db"}) == {
         "postgres": {"postgres_url": {"env": "DAGSTER_PG_URL"}}
     }
+
+
+def test_a_postgres_url_without_the_psycopg2_driver_is_refused_in_one_line():
+    with pytest.raises(InvalidSetting, match="must name the psycopg2 driver") as e:
+        storage_block({"DAGSTER_PG_URL": "postgresql://u@h/db"})
+    assert "\n" not in str(e.value)
 
 
 def test_postgres_fields_name_only_the_variables_that_are_set():
@@ -36,6 +44,7 @@ def test_postgres_fields_name_only_the_variables_that_are_set():
                 "hostname": {"env": "DAGSTER_PG_HOST"},
                 "db_name": "dagster",
                 "username": "postgres",
+                "scheme": "postgresql+psycopg2",
             }
         }
     }
