@@ -65,6 +65,8 @@ class Settings:
     unsubscribe_secret: str = field(repr=False)
     smtp: SmtpSettings | None = None
     provider: ProviderSettings | None = None
+    #: who may resolve and replay (`DIGEST_OPERATORS`, comma-separated); empty: anyone
+    operators: frozenset[str] = frozenset()
 
 
 def default_database_url(root: Path) -> str:
@@ -199,6 +201,9 @@ def load_settings(env: Mapping[str, str], root: Path) -> Settings:
         unsubscribe_secret=_read(env, "DIGEST_UNSUBSCRIBE_SECRET", "demo-unsubscribe-secret", str),
         smtp=_smtp(env, required=mailer == "smtp"),
         provider=_provider(env, required=mailer == "http"),
+        operators=frozenset(
+            name.strip() for name in env.get("DIGEST_OPERATORS", "").split(",") if name.strip()
+        ),
     )
 
 

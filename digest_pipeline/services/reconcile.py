@@ -13,7 +13,7 @@ from typing import Any
 
 from digest_pipeline.domain.errors import LostRace
 from digest_pipeline.domain.model import AuditNote, LookupStatus, Transition, WorkItem
-from digest_pipeline.domain.periods import Period
+from digest_pipeline.domain.periods import OperationKey, Period
 from digest_pipeline.domain.policy import DeliveryPolicy
 from digest_pipeline.domain.retry import DeadLetterReason
 from digest_pipeline.domain.states import DeliveryState
@@ -35,6 +35,8 @@ class ReconcileReport:
     evidence: Counter[str] = field(default_factory=Counter)
     still_unknown: int = 0
     lost_races: int = 0
+    #: every move made, as (operation key, new state, evidence), for the operator's terminal
+    changes: list[tuple[OperationKey, DeliveryState, str]] = field(default_factory=list)
 
 
 def _evidence(
@@ -102,5 +104,6 @@ def reconcile_period(
             continue
         report.moved[target.value] += 1
         report.evidence[evidence] += 1
+        report.changes.append((item.key, target, evidence))
         log_event("reconciled", key=item.key, state=target.value, evidence=evidence)
     return report

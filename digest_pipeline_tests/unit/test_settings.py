@@ -108,3 +108,9 @@ def test_provider_settings_hide_the_api_key():
 def test_incomplete_mailer_settings_are_refused(env, message):
     with pytest.raises(InvalidSetting, match=message):
         load_settings(env, ROOT)
+
+
+def test_operators_are_a_comma_separated_list_and_empty_means_anyone():
+    assert load_settings({}, ROOT).operators == frozenset()
+    listed = load_settings({"DIGEST_OPERATORS": " alice, bob ,,"}, ROOT).operators
+    assert listed == frozenset({"alice", "bob"})
