@@ -39,15 +39,20 @@ def clock() -> FixedClock:
     return FixedClock(T0)
 
 
-def require_postgres_url() -> str:
-    """The test database URL, or skip (locally) / fail (under CI=true) without one."""
-    url = os.environ.get("DIGEST_TEST_DATABASE_URL")
+def require_url(variable: str) -> str:
+    """A test server's URL from `variable`, or skip (locally) / fail (under CI=true) without."""
+    url = os.environ.get(variable)
     if url:
         return url
-    reason = "DIGEST_TEST_DATABASE_URL is not set (make test starts a throwaway PostgreSQL)"
+    reason = f"{variable} is not set (make test starts a throwaway PostgreSQL)"
     if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
         pytest.fail(f"integration tier cannot run under CI: {reason}")
     pytest.skip(reason)
+
+
+def require_postgres_url() -> str:
+    """The ledger's test database URL (`DIGEST_TEST_DATABASE_URL`)."""
+    return require_url("DIGEST_TEST_DATABASE_URL")
 
 
 @pytest.fixture(scope="session")

@@ -10,7 +10,6 @@ each test gets its own database on it, created here and dropped afterwards, so r
 the same server never see an earlier run's rows.
 """
 
-import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,6 +21,7 @@ from dagster_postgres import PostgresEventLogStorage, PostgresRunStorage, Postgr
 
 from digest_pipeline.instance import prepare_home
 from digest_pipeline.settings import InvalidSetting
+from digest_pipeline_tests.conftest import require_url
 from digest_pipeline_tests.dagster.harness import metadata
 from digest_pipeline_tests.webserver import (
     ASSETS,
@@ -48,20 +48,6 @@ CHECKS = {
 }
 
 
-def require_dagster_postgres_url() -> str:
-    """Dagster's test database URL, or skip (locally) / fail (under CI=true) without one.
-
-    The same rule as `conftest.require_postgres_url` for the ledger's database.
-    """
-    url = os.environ.get("DAGSTER_TEST_PG_URL")
-    if url:
-        return url
-    reason = "DAGSTER_TEST_PG_URL is not set (scripts/pg-test-cluster.sh starts a PostgreSQL)"
-    if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
-        pytest.fail(f"integration tier cannot run under CI: {reason}")
-    pytest.skip(reason)
-
-
 def _driver(url: sa.URL, driver: str = "psycopg") -> sa.URL:
     return url.set(drivername=f"postgresql+{driver}")
 
@@ -72,7 +58,7 @@ def fresh_database() -> Iterator[sa.URL]:
 
     The URL keeps the plain `postgresql://` scheme of `DAGSTER_TEST_PG_URL`.
     """
-    server = sa.make_url(require_dagster_postgres_url())
+    server = sa.make_url(require_url("DAGSTER_TEST_PG_URL"))
     name = f"dagster_{uuid.uuid4().hex[:12]}"
     admin = sa.create_engine(
         _driver(server.set(database="postgres")),
