@@ -81,6 +81,9 @@ class Mailer(ABC):
         """Asks whether a key was accepted; mailers that cannot answer say UNSUPPORTED."""
         return LookupResult(LookupStatus.UNSUPPORTED)
 
+    def close(self) -> None:  # noqa: B027 - most mailers hold nothing to release
+        """Releases connections; the mailer may be used again afterwards (it reconnects)."""
+
 
 class Composer(ABC):
     """Renders one customer's digest; a failure raises RenderError (a permanent failure)."""

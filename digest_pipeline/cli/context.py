@@ -1,23 +1,37 @@
-"""What every `digest` command shares: the lazily built context, period parsing and output."""
+"""What every `digest` command shares: the lazily built context, period parsing and output.
 
+It also holds the operator check of `resolve` and `replay`, the worker `sweep` builds, and the
+CLI's log handler: the services' `event=… key=…` lines on stderr, at `DIGEST_LOG_LEVEL`.
+"""
+
+import getpass
 import json
-from collections.abc import Mapping, Sequence
+import logging
+import random
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TextIO
 
 from sqlalchemy import Engine
 
 from digest_pipeline.adapters.clock import SystemClock
+from digest_pipeline.adapters.factory import build_composer, build_mailer
 from digest_pipeline.adapters.sql_engine import create_ledger_engine, migrate
 from digest_pipeline.adapters.sql_ledger import SqlLedger
 from digest_pipeline.domain.errors import DigestError
 from digest_pipeline.domain.periods import FIRST_PERIOD, Period
-from digest_pipeline.ports import Clock
-from digest_pipeline.settings import Settings, load_settings
+from digest_pipeline.domain.states import DeliveryState
+from digest_pipeline.ports import Clock, Mailer
+from digest_pipeline.services.deliver import Deliverer
+from digest_pipeline.settings import InvalidSetting, Settings, load_settings
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+#: what `DIGEST_LOG_LEVEL` accepts (any case); the default keeps routine INFO lines quiet
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+DEFAULT_LOG_LEVEL = "WARNING"
 
 
 class UsageError(DigestError):
@@ -35,6 +49,7 @@ class Context:
     clock: Clock = field(default_factory=SystemClock)
     _settings: Settings | None = None
     _engine: Engine | None = None
+    _mailer: Mailer | None = None
 
     @property
     def settings(self) -> Settings:
@@ -53,10 +68,20 @@ class Context:
     def ledger(self) -> SqlLedger:
         return SqlLedger(self.engine)
 
+    @property
+    def mailer(self) -> Mailer:
+        """The configured mailer (`DIGEST_MAILER`), built on first use and closed by `close`."""
+        if self._mailer is None:
+            self._mailer = build_mailer(self.settings)
+        return self._mailer
+
     def write(self, text: str = "") -> None:
         self.out.write(text + "\n")
 
     def close(self) -> None:
+        # The SMTP and HTTP mailers hold connections; the outbox has nothing to close.
+        if self._mailer is not None:
+            self._mailer.close()
         if self._engine is not None:
             self._engine.dispose()
 
@@ -90,3 +115,82 @@ def table(ctx: Context, rows: Sequence[tuple[object, ...]], header: tuple[str, .
     widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
     for r in cells:
         ctx.write("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
+
+
+def when(t: datetime | None) -> str:
+    """A table cell for a time: UTC to the second, or `-`."""
+    return "-" if t is None else t.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def iso(t: datetime | None) -> str | None:
+    """A JSON value for a time: full ISO 8601 with its UTC offset, or null."""
+    return None if t is None else t.isoformat()
+
+
+def parse_state(text: str) -> DeliveryState:
+    """A state name as stored in the ledger; anything else is a one-line error listing them."""
+    names = [s.value for s in DeliveryState]
+    if text not in names:
+        raise UsageError(f"--state {text!r} is not a state; use one of {', '.join(names)}")
+    return DeliveryState(text)
+
+
+def require_operator(ctx: Context, name: str | None) -> str:
+    """Who is acting: `--operator`, else the OS user; refused if `DIGEST_OPERATORS` excludes it."""
+    if name is None:
+        try:
+            name = getpass.getuser()
+        except (KeyError, OSError) as e:  # no login name and no passwd entry for the uid
+            raise UsageError("cannot tell who is acting; pass --operator NAME") from e
+    name = name.strip()
+    if not name:
+        raise UsageError("--operator must name someone")
+    allowed = ctx.settings.operators
+    if allowed and name not in allowed:
+        raise UsageError(
+            f"operator {name!r} may not act: DIGEST_OPERATORS allows only {', '.join(sorted(allowed))}"
+        )
+    return name
+
+
+def build_deliverer(ctx: Context, owner: str) -> Deliverer:
+    """A delivery worker from the settings, as the Dagster delivery step builds one."""
+    settings = ctx.settings
+    return Deliverer(
+        ledger=ctx.ledger,
+        mailer=ctx.mailer,
+        composer=build_composer(settings, ctx.clock),
+        clock=ctx.clock,
+        policy=settings.policy,
+        rand=random.Random().random,
+        owner=owner,
+    )
+
+
+def log_level(env: Mapping[str, str]) -> int:
+    """`DIGEST_LOG_LEVEL` as a `logging` level; a bad value is a one-line error naming it."""
+    raw = env.get("DIGEST_LOG_LEVEL", "").strip() or DEFAULT_LOG_LEVEL
+    if raw.upper() not in LOG_LEVELS:
+        raise InvalidSetting(f"DIGEST_LOG_LEVEL={raw!r}: must be one of {', '.join(LOG_LEVELS)}")
+    return logging.getLevelNamesMapping()[raw.upper()]
+
+
+@contextmanager
+def cli_logging(ctx: Context) -> Iterator[None]:
+    """The services' structured lines on the command's stderr while it runs, then detached.
+
+    The lines already read `event=… key=…` and carry only keys and codes (services/logs.py).
+    """
+    level = log_level(ctx.env)
+    logger = logging.getLogger("digest_pipeline")
+    handler = logging.StreamHandler(ctx.err)
+    handler.setFormatter(logging.Formatter("%(levelname)s %(message)s"))
+    handler.setLevel(level)
+    previous = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(level)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(previous)

@@ -84,8 +84,16 @@ class MailerResource(dg.ConfigurableResource[Mailer]):
     provider_timeout_seconds: float | None = None
     provider_idempotency_window_seconds: float | None = None
 
+    _mailer: Mailer | None = PrivateAttr(default=None)
+
     def create_resource(self, context: dg.InitResourceContext) -> Mailer:
-        return build_mailer(_load(**self.model_dump()))
+        self._mailer = build_mailer(_load(**self.model_dump()))
+        return self._mailer
+
+    def teardown_after_execution(self, context: dg.InitResourceContext) -> None:
+        # SMTP connections and the HTTP client would otherwise live until the process exits
+        if self._mailer is not None:
+            self._mailer.close()
 
 
 class ComposerResource(dg.ConfigurableResource[Composer]):

@@ -5,10 +5,11 @@ key known, of that period and replayable. Each key is then reconciled first (led
 lookup); a key with evidence of delivery is reported and left alone, never sent again.
 """
 
+import logging
 from dataclasses import dataclass
 from enum import StrEnum
 
-from digest_pipeline.domain.errors import ReplayRefused
+from digest_pipeline.domain.errors import LostRace, ReplayRefused
 from digest_pipeline.domain.model import (
     AuditEntry,
     AuditNote,
@@ -34,6 +35,8 @@ class ReplayPlan(StrEnum):
     REPLAY = "replay"
     #: evidence says the digest was delivered; left as it is, not sent again
     ALREADY_DELIVERED = "already_delivered"
+    #: someone else moved the item between the check and the replay; left to them
+    CHANGED_MEANWHILE = "changed_meanwhile"
 
 
 @dataclass(frozen=True)
@@ -104,27 +107,34 @@ def replay_keys(
     if not operator or not reason:
         raise ReplayRefused("a replay needs an operator and a reason")
     items = _validate(ledger, period, keys, cap)
+    # a raised cap is part of the decision, so the audit row says so
+    why = reason if cap <= DEFAULT_REPLAY_CAP else f"{reason}; cap raised to {cap}"
     lines = []
     for item in items:
         plan, evidence = _plan(ledger, mailer, item)
-        lines.append(ReplayLine(item.key, item.state, plan, evidence))
         if dry_run:
+            lines.append(ReplayLine(item.key, item.state, plan, evidence))
             continue
         now = clock.now()
         if plan is ReplayPlan.REPLAY:
-            ledger.apply(
-                Transition(
-                    item.key,
-                    item.state,
-                    item.lease_token,
-                    S.PENDING,
-                    now,
-                    next_attempt_at=now,
-                    detail="replayed",
-                    reopen=True,
-                    audit=AuditNote(operator, "replay", f"{reason} ({evidence})"),
+            try:
+                ledger.apply(
+                    Transition(
+                        item.key,
+                        item.state,
+                        item.lease_token,
+                        S.PENDING,
+                        now,
+                        next_attempt_at=now,
+                        detail="replayed",
+                        reopen=True,
+                        audit=AuditNote(operator, "replay", f"{why} ({evidence})"),
+                    )
                 )
-            )
+            except LostRace as e:
+                # Each key is its own transaction: report this one, keep the others' result.
+                log_event("lost_race", logging.WARNING, key=item.key, step="replay", why=e)
+                plan = ReplayPlan.CHANGED_MEANWHILE
         else:
             ledger.record_audit(
                 AuditEntry(
@@ -134,9 +144,10 @@ def replay_keys(
                     item.key,
                     item.state,
                     item.state,
-                    f"{reason} (evidence:{evidence})",
+                    f"{why} (evidence:{evidence})",
                     period,
                 )
             )
+        lines.append(ReplayLine(item.key, item.state, plan, evidence))
         log_event("replay", key=item.key, plan=plan.value, evidence=evidence, operator=operator)
     return ReplayReport(period, dry_run, tuple(lines))

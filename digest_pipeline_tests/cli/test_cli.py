@@ -130,3 +130,29 @@ def test_run_outside_the_project_folder_says_where_to_run_it(env, tmp_path):
     code = main(["run", "--period", "latest"], env=env, root=tmp_path, out=out, err=err)
     assert code == 2
     assert "run digest from the project folder" in err.getvalue()
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["status"],  # a required flag missing
+        ["replay", "--period", "latest", "--key", "k", "--max-keys", "many"],  # not a number
+        ["no-such-command"],
+    ],
+)
+def test_argument_errors_are_one_line_on_the_commands_stderr(env, argv, capsys):
+    code, out, err = digest(env, *argv)
+    assert code == 2
+    assert out == ""
+    assert err.startswith("digest: error: ")
+    assert err.count("\n") == 1
+    assert capsys.readouterr().err == ""
+
+
+def test_an_unreachable_database_is_one_line_and_exit_code_1(env):
+    unreachable = {**env, "DIGEST_DATABASE_URL": "postgresql+psycopg://u:s3cret@127.0.0.1:1/db"}
+    code, _, err = digest(unreachable, "status", "--period", "latest")
+    assert code == 1
+    assert err.startswith("digest status: error: the ledger database failed: ")
+    assert err.count("\n") == 1
+    assert "s3cret" not in err

@@ -348,13 +348,40 @@ def test_a_repeated_key_counts_once_against_the_cap(clock):
     assert [line.key for line in report.lines] == [key_of(1), key_of(2)]
 
 
-def test_a_raised_cap_allows_more_keys(clock):
+def test_a_raised_cap_allows_more_keys_and_the_audit_says_so(clock):
     mailer = FakeMailer(clock=clock)
     ledger = dead_lettered_period(clock, mailer, DEFAULT_REPLAY_CAP + 1)
 
     report = replay(ledger, mailer, clock, [key_of(n) for n in range(1, 102)], cap=101)
 
     assert report.replayed == 101
+    assert all("cap raised to 101" in e.reason for e in ledger.audit_log(W42))
+
+
+class RacingLedger(FakeLedger):
+    """Another operator replays key 2 between this replay's check and its move."""
+
+    def apply(self, transition: Transition) -> None:
+        if transition.key == key_of(2) and transition.target is S.PENDING:
+            super().apply(transition)  # the other operator wins
+        super().apply(transition)
+
+
+def test_a_key_moved_meanwhile_is_reported_and_the_other_keys_still_replay(clock):
+    mailer = FakeMailer(clock=clock)
+    ledger = period_to_replay(clock, mailer)
+    racing = RacingLedger()
+    racing.__dict__.update(ledger.__dict__)
+
+    report = replay(racing, mailer, clock, [key_of(1), key_of(2), key_of(5)])
+
+    plans = {line.key: line.plan for line in report.lines}
+    assert plans == {
+        key_of(1): ReplayPlan.REPLAY,
+        key_of(2): ReplayPlan.CHANGED_MEANWHILE,
+        key_of(5): ReplayPlan.REPLAY,
+    }
+    assert {state_of(racing, key_of(n)) for n in (1, 2, 5)} == {S.PENDING}
 
 
 @pytest.mark.parametrize(

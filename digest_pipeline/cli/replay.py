@@ -1,0 +1,151 @@
+"""`digest replay`: reopen a bounded, named set of dead-lettered or failed keys of one period.
+
+Keys are named one by one (`--key`, repeatable) or in a file (`--keys-file`), never by a query,
+so replaying everything at once is impossible by design; more than 100 keys needs `--max-keys`.
+The whole request is checked before anything changes, each key is reconciled first, and every
+reopened key is audited with the operator and reason. Replay only reopens: the next
+`digest sweep` or sensor run delivers.
+"""
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from digest_pipeline.cli.context import (
+    EXIT_OK,
+    Context,
+    UsageError,
+    emit_json,
+    parse_period,
+    require_operator,
+    table,
+)
+from digest_pipeline.domain.errors import InvalidOperationKey
+from digest_pipeline.domain.periods import OperationKey
+from digest_pipeline.services.replay import DEFAULT_REPLAY_CAP, ReplayReport, replay_keys
+
+
+def register(sub: Any) -> None:
+    """Adds `digest replay`."""
+    p = sub.add_parser(
+        "replay",
+        help="reopen named dead-lettered or failed keys of one period (bounded, audited)",
+        description="Replay dead-lettered or failed keys of one period, named with --key "
+        "(repeatable) or --keys-file. The request is refused as a whole, with nothing changed, "
+        "if any key is of another period, unknown, or not dead-lettered or failed, or if there "
+        f"are more than {DEFAULT_REPLAY_CAP} keys (raise with --max-keys). Each key is "
+        "reconciled first: one with evidence of delivery is left alone. Replayed keys are "
+        "delivered by the next digest sweep or sensor run.",
+    )
+    p.add_argument("--period", required=True, help="2026-W42, its Monday 2026-10-12, or latest")
+    p.add_argument(
+        "--key", action="append", dest="keys", metavar="K", help="an operation key (repeatable)"
+    )
+    p.add_argument(
+        "--keys-file",
+        metavar="F",
+        help="a file with one operation key per line (blank lines and # comments ignored)",
+    )
+    p.add_argument("--reason", required=True, help="why: recorded in each audit row")
+    p.add_argument(
+        "--operator",
+        help="who is acting (default: the OS user); DIGEST_OPERATORS limits who may",
+    )
+    p.add_argument("--dry-run", action="store_true", help="show the plan per key; change nothing")
+    p.add_argument(
+        "--max-keys",
+        type=int,
+        metavar="N",
+        help=f"the cap on keys in this request (default {DEFAULT_REPLAY_CAP}); must be at least 1",
+    )
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.set_defaults(handler=run_replay)
+
+
+def read_keys_file(path: Path) -> list[OperationKey]:
+    """The keys of a keys file; an unreadable file or a malformed line is a one-line error."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        why = e.strerror if isinstance(e, OSError) and e.strerror else "not UTF-8 text"
+        raise UsageError(f"--keys-file {path}: cannot read it: {why}") from e
+    keys = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        entry = line.split("#", 1)[0].strip()  # keys never hold '#'
+        if not entry:
+            continue
+        try:
+            keys.append(OperationKey.parse(entry))
+        except InvalidOperationKey as e:
+            raise UsageError(f"--keys-file {path} line {number}: {e}") from e
+    return keys
+
+
+def _requested_keys(args: argparse.Namespace) -> list[OperationKey]:
+    if args.keys and args.keys_file is not None:
+        raise UsageError("name keys with --key or with --keys-file, not both")
+    if args.keys_file is not None:
+        return read_keys_file(Path(args.keys_file))
+    if not args.keys:
+        raise UsageError("name the keys to replay: --key K [--key K ...] or --keys-file F")
+    return [OperationKey.parse(k) for k in args.keys]
+
+
+def as_json(report: ReplayReport, cap: int, operator: str) -> dict[str, object]:
+    """The plan (or what was done) per key, for `--json`."""
+    return {
+        "period": str(report.period),
+        "dry_run": report.dry_run,
+        "cap": cap,
+        "operator": operator,
+        "replayed": report.replayed,
+        "keys": [
+            {
+                "key": str(line.key),
+                "state": line.state,
+                "plan": line.plan,
+                "evidence": line.evidence,
+            }
+            for line in report.lines
+        ],
+    }
+
+
+def run_replay(ctx: Context, args: argparse.Namespace) -> int:
+    """Checks the request, then replays (or, with --dry-run, shows the plan)."""
+    period = parse_period(ctx, args.period)
+    keys = _requested_keys(args)
+    cap = DEFAULT_REPLAY_CAP if args.max_keys is None else args.max_keys
+    if cap < 1:
+        raise UsageError(f"--max-keys must be at least 1, not {cap}")
+    operator = require_operator(ctx, args.operator)
+    report = replay_keys(
+        ctx.ledger,
+        ctx.mailer,
+        ctx.clock,
+        period,
+        keys,
+        operator=operator,
+        reason=args.reason,
+        dry_run=args.dry_run,
+        cap=cap,
+    )
+    if args.json:
+        emit_json(ctx, as_json(report, cap, operator))
+        return EXIT_OK
+    verb = "would replay" if report.dry_run else "replayed"
+    ctx.write(f"period {period}: {verb} {report.replayed} of {len(report.lines)} keys")
+    ctx.write()
+    table(
+        ctx,
+        [(line.key, line.state, line.plan, line.evidence) for line in report.lines],
+        ("key", "state", "plan", "evidence"),
+    )
+    ctx.write()
+    if report.dry_run:
+        ctx.write("dry run: nothing changed; run again without --dry-run to replay")
+    else:
+        ctx.write(
+            f"reopened as pending by {operator}; the next digest sweep or sensor run delivers them"
+        )
+    return EXIT_OK

@@ -1,0 +1,100 @@
+"""`digest sweep`: what the sensor's runs do, from the terminal, for every open period.
+
+Recover expired leases, reconcile `unknown` items, deliver due items and retries, clean sent
+items: each step is idempotent, so a sweep next to a running sensor or a second sweep is safe.
+"""
+
+import argparse
+import os
+import socket
+from typing import Any
+
+from digest_pipeline.cli import reconcile
+from digest_pipeline.cli.context import EXIT_OK, Context, build_deliverer, emit_json, table
+from digest_pipeline.services.cleanup import CleanupReport
+from digest_pipeline.services.sweep import SweepReport, sweep
+
+
+def register(sub: Any) -> None:
+    """Adds `digest sweep`."""
+    p = sub.add_parser(
+        "sweep",
+        help="recover leases, reconcile, deliver due items and clean, for every open period",
+        description="One pass of what the digest_retry_sweeper sensor's runs do: recover "
+        "expired leases, reconcile unknown items, deliver every due item (retries and "
+        "replays) with the configured mailer, then clean sent items (DIGEST_CLEANUP_MODE).",
+    )
+    p.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    p.set_defaults(handler=run_sweep)
+
+
+def _cleaned_json(c: CleanupReport) -> dict[str, object]:
+    return {
+        "cleaned": c.cleaned,
+        "already_cleaned": c.already_cleaned,
+        "rows": c.rows,
+        "lost_races": c.lost_races,
+        "held_back": dict(sorted(c.held_back.items())),
+    }
+
+
+def as_json(report: SweepReport) -> dict[str, object]:
+    """The sweep's report for `--json`."""
+    return {
+        "recovered": {
+            "requeued": [str(k) for k in report.recovered.requeued],
+            "unknown": [str(k) for k in report.recovered.unknown],
+        },
+        "periods": [str(p) for p in report.periods],
+        "reconciled": {str(p): reconcile.as_json(r) for p, r in report.reconciled.items()},
+        "delivered": {
+            "claimed": report.delivered.claimed,
+            "by_state": dict(sorted(report.delivered.outcomes.items())),
+            "lost_races": report.delivered.lost_races,
+        },
+        "cleaned": {str(p): _cleaned_json(c) for p, c in report.cleaned.items()},
+    }
+
+
+def run_sweep(ctx: Context, args: argparse.Namespace) -> int:
+    """Runs one sweep and prints its report."""
+    settings = ctx.settings
+    # lease owners and attempt workers are stored in 128 characters; host names may be longer
+    owner = f"cli-sweep:{socket.gethostname()[:64]}:{os.getpid()}"
+    deliverer = build_deliverer(ctx, owner)
+    report = sweep(
+        deliverer,
+        batch_size=settings.batch_size,
+        concurrency=settings.concurrency,
+        cleanup_mode=settings.cleanup_mode,
+    )
+    if args.json:
+        emit_json(ctx, as_json(report))
+        return EXIT_OK
+    recovered = report.recovered
+    ctx.write(
+        f"expired leases: {len(recovered.requeued)} requeued, {len(recovered.unknown)} unknown"
+    )
+    ctx.write(f"open periods: {' '.join(map(str, report.periods)) or 'none'}")
+    ctx.write()
+    table(
+        ctx,
+        [
+            (
+                p,
+                r.examined,
+                " ".join(f"{s}={n}" for s, n in sorted(r.moved.items())) or "-",
+                r.still_unknown,
+                report.cleaned[p].cleaned if p in report.cleaned else "-",
+            )
+            for p, r in report.reconciled.items()
+        ],
+        ("period", "unknown examined", "reconciled to", "still unknown", "cleaned"),
+    )
+    ctx.write()
+    delivered = report.delivered
+    rows = [("claimed", delivered.claimed)]
+    rows += [(f"ended {s}", n) for s, n in sorted(delivered.outcomes.items())]
+    rows.append(("lost races", delivered.lost_races))
+    table(ctx, rows, ("delivery", "items"))
+    return EXIT_OK

@@ -1,0 +1,195 @@
+"""The operator commands' world: a real ledger (SQLite and PostgreSQL) after a real delivery run.
+
+`mixed` delivers 2026-W42 to ten customers through the outbox with injected failures, so every
+state an operator meets is there; the `digest` command then runs against the same database URL
+and Maildir, with the same fixed clock. `dump` reads every table, for "nothing changed".
+"""
+
+import io
+import json
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import Engine, select
+
+from digest_pipeline.adapters.outbox_mailer import OutboxMailer
+from digest_pipeline.adapters.sql_ledger import SqlLedger
+from digest_pipeline.adapters.sql_schema import metadata
+from digest_pipeline.cli import main
+from digest_pipeline.domain.failures import FailureClass, SendOutcome
+from digest_pipeline.domain.model import LookupResult, MailerCapabilities, Message
+from digest_pipeline.domain.periods import OperationKey
+from digest_pipeline.domain.policy import DeliveryPolicy
+from digest_pipeline.domain.retry import RetryPolicy
+from digest_pipeline.ports import Clock, Composer, Mailer
+from digest_pipeline.services.deliver import DeliveryReport
+from digest_pipeline_tests.builders import deliver_all, key_of, make_deliverer, seed_period
+from digest_pipeline_tests.conftest import SQL_BACKENDS
+from digest_pipeline_tests.fakes import FaultInjectingMailer, FixedClock
+
+PROJECT = Path(__file__).resolve().parents[2]
+PERMANENT = SendOutcome.failed(FailureClass.PERMANENT, "smtp:550")
+TRANSIENT = SendOutcome.failed(FailureClass.TRANSIENT, "smtp:421")
+#: two attempts per item, so two transient failures dead-letter it (`max_attempts`)
+POLICY = DeliveryPolicy(retry=RetryPolicy(max_attempts=2))
+
+#: the customers of `mixed` and what its delivery run leaves them in
+CUSTOMERS = 10
+SENT = (1, 8, 9, 10)
+FAILED = (2, 3)  # permanent: `failed` with a dead-letter row (reason `permanent`)
+DEAD = (4, 5)  # transient twice: `dead_lettered` (reason `max_attempts`)
+UNKNOWN = (6, 7)  # accepted by the outbox, then the worker saw a timeout
+
+
+def dump(engine: Engine) -> dict[str, list[tuple[object, ...]]]:
+    """Every row of every ledger table, in primary-key order."""
+    with engine.connect() as conn:
+        return {
+            t.name: [tuple(r) for r in conn.execute(select(t).order_by(*t.primary_key.columns))]
+            for t in metadata.sorted_tables
+        }
+
+
+@dataclass(frozen=True)
+class Run:
+    code: int
+    out: str
+    err: str
+
+    def json(self) -> Any:
+        assert self.code == 0, self.err
+        return json.loads(self.out)
+
+
+@dataclass
+class Cli:
+    """`digest …` through `main()`, with the world's env and clock; keeps every output."""
+
+    env: dict[str, str]
+    clock: Clock
+    transcript: list[str] = field(default_factory=list)
+
+    def __call__(self, *argv: str, env: dict[str, str] | None = None) -> Run:
+        out, err = io.StringIO(), io.StringIO()
+        code = main(
+            list(argv),
+            env={**self.env, **(env or {})},
+            root=PROJECT,
+            out=out,
+            err=err,
+            clock=self.clock,
+        )
+        self.transcript += [out.getvalue(), err.getvalue()]
+        return Run(code, out.getvalue(), err.getvalue())
+
+
+class ScriptedMailer(Mailer):
+    """Wraps a real mailer: a scripted outcome is returned *instead of* sending (the provider
+    never sees it), and `outage` fails every send while set; otherwise the inner mailer sends."""
+
+    def __init__(self, inner: Mailer) -> None:
+        self._inner = inner
+        self._lock = threading.Lock()
+        self._scripts: dict[str, list[SendOutcome]] = {}
+        self.outage: SendOutcome | None = None
+
+    def script(self, key: OperationKey, *outcomes: SendOutcome) -> None:
+        with self._lock:
+            self._scripts.setdefault(str(key), []).extend(outcomes)
+
+    @property
+    def capabilities(self) -> MailerCapabilities:
+        return self._inner.capabilities
+
+    def lookup(self, idempotency_key: str) -> LookupResult:
+        return self._inner.lookup(idempotency_key)
+
+    def send(self, message: Message, *, idempotency_key: str) -> SendOutcome:
+        with self._lock:
+            queue = self._scripts.get(idempotency_key)
+            scripted = queue.pop(0) if queue else self.outage
+        if scripted is not None:
+            return scripted
+        return self._inner.send(message, idempotency_key=idempotency_key)
+
+
+@dataclass
+class World:
+    """One ledger database and one Maildir, shared by the test's services and its `digest`."""
+
+    engine: Engine
+    clock: FixedClock
+    outbox_dir: Path
+    cli: Cli
+
+    @property
+    def ledger(self) -> SqlLedger:
+        return SqlLedger(self.engine)
+
+    def dump(self) -> dict[str, list[tuple[object, ...]]]:
+        return dump(self.engine)
+
+    def outbox_files(self) -> list[str]:
+        return [p.name for p in OutboxMailer(self.outbox_dir).stored()]
+
+    def deliver(
+        self, mailer: Mailer, *, policy: DeliveryPolicy = POLICY, composer: Composer | None = None
+    ) -> DeliveryReport:
+        """One worker pass over everything due now (what a run's delivery step does)."""
+        deliverer = make_deliverer(
+            self.ledger, mailer, self.clock, policy=policy, composer=composer
+        )
+        return deliver_all(deliverer)
+
+
+@pytest.fixture(params=SQL_BACKENDS)
+def backend(request: pytest.FixtureRequest) -> str:
+    backend: str = request.param
+    return backend
+
+
+@pytest.fixture
+def world(
+    backend: str,
+    sql_engine_factory: Callable[[str], Engine],
+    clock: FixedClock,
+    tmp_path: Path,
+) -> World:
+    """An empty, migrated ledger; `digest` pointed at it and at an outbox Maildir."""
+    engine = sql_engine_factory(backend)
+    outbox_dir = tmp_path / "outbox"
+    env = {
+        "DIGEST_DATABASE_URL": engine.url.render_as_string(hide_password=False),
+        "DIGEST_MAILER": "outbox",
+        "DIGEST_OUTBOX_DIR": str(outbox_dir),
+        "DIGEST_CONCURRENCY": "2",
+    }
+    return World(engine, clock, outbox_dir, Cli(env, clock))
+
+
+def populate_mixed(world: World) -> None:
+    """2026-W42 for CUSTOMERS customers, delivered into the outbox with injected failures."""
+    seed_period(world.ledger, CUSTOMERS, now=world.clock.now())
+    faults = FaultInjectingMailer(OutboxMailer(world.outbox_dir))
+    mailer = ScriptedMailer(faults)
+    for n in FAILED:
+        mailer.script(key_of(n), PERMANENT)
+    for n in DEAD:
+        mailer.script(key_of(n), TRANSIENT, TRANSIENT)
+    for n in UNKNOWN:
+        faults.timeout_after_accept(key_of(n))
+    world.deliver(mailer)
+    world.clock.advance(timedelta(minutes=1))  # past the first retry's backoff
+    world.deliver(mailer)
+
+
+@pytest.fixture
+def mixed(world: World) -> World:
+    """The world after `populate_mixed`: sent, failed, dead-lettered and unknown items."""
+    populate_mixed(world)
+    return world

@@ -1,0 +1,203 @@
+"""The README's runbook, one test per scenario, written as the operator acts at the terminal.
+
+What happened before the operator looks (the delivery runs, the outage) is arranged with the
+services and injected faults; everything after is `digest …` against the same ledger. Each test
+ends on the ledger's final state, the provider's own count per key, and design §4's invariants.
+"""
+
+import re
+from datetime import datetime, timedelta
+
+from digest_pipeline.adapters.outbox_mailer import OutboxMailer
+from digest_pipeline.adapters.smtp_mailer import SmtpMailer
+from digest_pipeline.domain.failures import FailureClass, SendOutcome
+from digest_pipeline.domain.policy import DeliveryPolicy
+from digest_pipeline.services.sweep import sweep
+from digest_pipeline_tests.builders import key_of, make_deliverer, seed_period
+from digest_pipeline_tests.cli.conftest import PERMANENT, TRANSIENT, ScriptedMailer, World
+from digest_pipeline_tests.fakes import FakeMailer, FaultInjectingMailer
+from digest_pipeline_tests.smtp_peer import (
+    SmtpPeer,
+    smtp_peer_fixture,  # noqa: F401  (provides the `smtp_peer` fixture)
+)
+
+P = "2026-W42"
+
+
+def k(n: int) -> str:
+    return str(key_of(n))
+
+
+def smtp_env(peer: SmtpPeer) -> dict[str, str]:
+    """`digest` configured for the loopback relay: it cannot look keys up, nor deduplicate."""
+    return {
+        "DIGEST_MAILER": "smtp",
+        "DIGEST_SMTP_HOST": peer.host,
+        "DIGEST_SMTP_PORT": str(peer.port),
+        "DIGEST_SMTP_SECURITY": "none",
+        "DIGEST_SMTP_TIMEOUT_SECONDS": "5",
+    }
+
+
+def assert_invariants_hold(world: World) -> None:
+    status = world.cli("status", "--period", P, "--json")
+    assert status.code == 0, status.out
+    failing = [n for n, r in status.json()["invariants"].items() if not r["passed"]]
+    assert failing == []
+
+
+def states(world: World) -> dict[str, str]:
+    items = world.cli("items", "--period", P, "--json").json()["items"]
+    return {i["key"]: i["state"] for i in items}
+
+
+def test_a_customer_says_they_got_two_digests(world):
+    # Before: customer 3's send timed out after the provider accepted it; the sensor's sweep
+    # resent it under the same key and the provider suppressed the repeat.
+    seed_period(world.ledger, 5, now=world.clock.now())
+    provider = FakeMailer(can_lookup=False, clock=world.clock)
+    provider.script_timeout_after_accept(key_of(3))
+    world.deliver(provider)
+    world.clock.advance(timedelta(minutes=5))
+    sweep(make_deliverer(world.ledger, provider, world.clock), batch_size=50, concurrency=1)
+
+    story = world.cli("items", "--period", P, "--key", k(3), "--json").json()
+    assert story["item"]["state"] == "cleaned"
+    attempts = [(a["outcome"], a["detail"], a["duplicate"]) for a in story["attempts"]]
+    assert attempts == [
+        ("unknown", "timeout_after_send", False),  # accepted, but the worker never heard
+        ("sent", "accepted", True),  # the resend: the provider recognised the key
+    ]
+    assert [r["reason"] for r in story["audit"]] == ["evidence:idempotent_resend"]
+    text = world.cli("items", "--period", P, "--key", k(3)).out
+    assert "attempts: 2" in text
+
+    status_text = world.cli("status", "--period", P).out
+    assert re.search(r"at_most_one_send_per_key +pass +0", status_text)
+    status = world.cli("status", "--period", P, "--json").json()
+    assert status["invariants"]["at_most_one_send_per_key"]["passed"]
+    assert (status["metrics"]["duplicate_sends"], status["metrics"]["duplicates_suppressed"]) == (
+        0,
+        1,
+    )
+    assert_invariants_hold(world)
+    assert provider.deliveries_for(key_of(3)) == 1  # the customer got one digest
+
+
+def test_a_period_has_unknowns(world, smtp_peer):
+    # Before: two sends ended `unknown` at the relay; it stored customer 2's, not customer 3's.
+    seed_period(world.ledger, 4, now=world.clock.now())
+    relay = SmtpMailer(smtp_peer.settings())
+    faults = FaultInjectingMailer(relay)
+    mailer = ScriptedMailer(faults)
+    faults.timeout_after_accept(key_of(2))
+    mailer.script(key_of(3), SendOutcome.failed(FailureClass.UNKNOWN, "smtp:timeout_after_data"))
+    world.deliver(mailer)
+    relay.close()
+    env = smtp_env(smtp_peer)
+
+    unknown = world.cli("items", "--period", P, "--state", "unknown", "--json").json()
+    assert [i["key"] for i in unknown["items"]] == [k(2), k(3)]
+
+    reconciled = world.cli("reconcile", "--period", P, env=env)
+    assert reconciled.code == 0
+    assert "2 items have no evidence either way" in reconciled.out
+    assert "digest resolve --key K --as sent|not-sent" in reconciled.out
+    assert states(world)[k(2)] == states(world)[k(3)] == "unknown"
+
+    # the relay's log (here: what the peer stored) is the operator's evidence
+    assert (smtp_peer.delivered_count(k(2)), smtp_peer.delivered_count(k(3))) == (1, 0)
+    sent = ["--as", "sent", "--reason", "relay log: 250 queued", "--operator", "alice"]
+    assert world.cli("resolve", "--key", k(2), *sent).code == 0
+    not_sent = ["--as", "not-sent", "--reason", "not in the relay log", "--operator", "alice"]
+    resolved = world.cli("resolve", "--key", k(3), *not_sent)
+    assert "resends it with the same operation key" in resolved.out
+
+    swept = world.cli("sweep", "--json", env=env).json()
+    assert swept["delivered"] == {"claimed": 1, "by_state": {"sent": 1}, "lost_races": 0}
+    assert set(states(world).values()) == {"cleaned"}
+    assert [smtp_peer.delivered_count(k(n)) for n in range(1, 5)] == [1, 1, 1, 1]
+    audit = world.cli("audit", "--period", P, "--json").json()["audit"]
+    assert [(r["actor"], r["key"], r["to_state"]) for r in audit] == [
+        ("alice", k(2), "sent"),
+        ("alice", k(3), "retry_scheduled"),
+    ]
+    assert_invariants_hold(world)
+
+
+def test_the_provider_was_down_for_an_hour(world, smtp_peer):
+    # Before: every send failed with 421 for an hour; the sensor tried every 15 minutes.
+    count = 5
+    seed_period(world.ledger, count, now=world.clock.now())
+    relay = SmtpMailer(smtp_peer.settings())
+    mailer = ScriptedMailer(relay)
+    mailer.outage = TRANSIENT
+    start = world.clock.now()
+    for minutes in (0, 15, 30, 45):
+        world.clock.set(start + timedelta(minutes=minutes))
+        world.deliver(mailer, policy=DeliveryPolicy())  # the configured (default) policy
+    relay.close()
+    env = smtp_env(smtp_peer)
+
+    status = world.cli("status", "--period", P, "--json").json()
+    assert status["by_state"] == {"retry_scheduled": count}
+    assert status["invariants"]["every_item_visible"]["passed"]
+    waiting = world.cli("items", "--period", P, "--state", "retry_scheduled", "--json").json()
+    assert {i["attempts"] for i in waiting["items"]} == {4}
+    assert {i["last_detail"] for i in waiting["items"]} == {"smtp:421"}
+
+    # the relay is back, but the backoff has not run out yet: nothing is sent early
+    early = world.cli("sweep", "--json", env=env).json()
+    assert early["delivered"]["claimed"] == 0
+    due = max(datetime.fromisoformat(i["next_attempt_at"]) for i in waiting["items"])
+    world.clock.set(due)
+    swept = world.cli("sweep", "--json", env=env).json()
+    assert swept["delivered"] == {"claimed": count, "by_state": {"sent": count}, "lost_races": 0}
+
+    assert set(states(world).values()) == {"cleaned"}
+    assert [smtp_peer.delivered_count(k(n)) for n in range(1, count + 1)] == [1] * count
+    assert world.cli("dead-letters", "--period", P, "--json").json()["dead_letters"] == []
+    assert_invariants_hold(world)
+
+
+def test_replay_these_five_keys(world, tmp_path):
+    # Before: three mailboxes refused the digest (550) and two sends ran out of retries.
+    seed_period(world.ledger, 7, now=world.clock.now())
+    mailer = ScriptedMailer(OutboxMailer(world.outbox_dir))
+    for n in (1, 2, 3):
+        mailer.script(key_of(n), PERMANENT)
+    for n in (4, 5):
+        mailer.script(key_of(n), TRANSIENT, TRANSIENT)
+    world.deliver(mailer)
+    world.clock.advance(timedelta(minutes=1))
+    world.deliver(mailer)
+
+    letters = world.cli("dead-letters", "--period", P, "--json").json()["dead_letters"]
+    keys = [d["key"] for d in letters]
+    assert sorted(keys) == [k(n) for n in range(1, 6)]
+    keys_file = tmp_path / "ops-9.keys"
+    keys_file.write_text("# OPS-9: mailboxes fixed\n" + "\n".join(keys) + "\n", encoding="utf-8")
+    replay = ["replay", "--period", P, "--keys-file", str(keys_file), "--operator", "alice"]
+    replay += ["--reason", "OPS-9 mailboxes fixed"]
+
+    before, files = world.dump(), world.outbox_files()
+    plan = world.cli(*replay, "--dry-run", "--json").json()
+    assert [(x["key"], x["plan"]) for x in plan["keys"]] == [(key, "replay") for key in keys]
+    assert (world.dump(), world.outbox_files()) == (before, files)
+
+    done = world.cli(*replay)
+    assert done.code == 0
+    assert "replayed 5 of 5 keys" in done.out
+    swept = world.cli("sweep", "--json").json()
+    assert swept["delivered"] == {"claimed": 5, "by_state": {"sent": 5}, "lost_races": 0}
+
+    audit = world.cli("audit", "--period", P, "--json").json()["audit"]
+    assert sorted((r["actor"], r["action"], r["key"]) for r in audit) == [
+        ("alice", "replay", key) for key in sorted(keys)
+    ]
+    assert {r["reason"] for r in audit} == {"OPS-9 mailboxes fixed (mailer_lookup_not_found)"}
+    assert set(states(world).values()) == {"cleaned"}
+    assert len(world.outbox_files()) == 7  # one message per key, the five replayed included
+    replayed = world.cli("dead-letters", "--period", P, "--json").json()["dead_letters"]
+    assert all(d["replayed_at"] is not None for d in replayed)
+    assert_invariants_hold(world)
