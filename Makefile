@@ -21,7 +21,7 @@ ifdef CI
 export CI
 endif
 
-.PHONY: help install lint validate test test-fast demo ui clean
+.PHONY: help install lint validate test test-fast chaos demo ui clean
 
 help: ## List the targets
 	@echo "Targets:"
@@ -51,6 +51,9 @@ test: install lint validate ## Lint, validate, then every test tier against a th
 
 test-fast: install ## Tests that need no services (pytest -m "not integration")
 	$(BIN)/pytest -m "not integration" $(PYTEST_ARGS)
+
+chaos: install ## SIGKILL delivery workers on a throwaway PostgreSQL; check once-only delivery (long run)
+	scripts/pg-test-cluster.sh -- $(BIN)/python -m benchmarks.chaos --customers 5000 --workers 4 --rounds 10
 
 demo: install ## Seed demo data and run the latest complete week end to end (SQLite + outbox)
 	DAGSTER_HOME=$(DAGSTER_HOME) $(BIN)/digest seed --customers $(DEMO_CUSTOMERS) --seed 7
