@@ -24,6 +24,7 @@ from digest_pipeline.cli import (
     resolve,
     run,
     seed,
+    simulate,
     status,
     sweep,
 )
@@ -58,6 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
         replay,
         sweep,
         audit,
+        simulate,
     ):
         module.register(sub)
     return parser
