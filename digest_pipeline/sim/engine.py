@@ -223,14 +223,15 @@ class Simulation:
 
     def run(self) -> bool:
         """Runs the period to its end; True if it drained before the horizon."""
-        self.open_period()
-        for index in range(self.cell.workers):
-            self.sched.spawn(f"w{index:02d}", partial(self._worker, index), START)
-        self.sched.call_at(START + self.config.sweep_interval, self._sweep)
-        try:
-            return self.sched.run(until=START + HORIZON)
-        finally:
-            self.sched.close()
+        with _quiet_services():
+            self.open_period()
+            for index in range(self.cell.workers):
+                self.sched.spawn(f"w{index:02d}", partial(self._worker, index), START)
+            self.sched.call_at(START + self.config.sweep_interval, self._sweep)
+            try:
+                return self.sched.run(until=START + HORIZON)
+            finally:
+                self.sched.close()
 
     def observations(self, drained: bool) -> Observations:
         return Observations(
@@ -261,7 +262,7 @@ def run_cell(
     ledger_factory: LedgerFactory = SqlLedger,
 ) -> CellResult:
     """Simulates one cell on a fresh ledger and measures it from the provider and the ledger."""
-    with _quiet_services(), scratch_engine(database_url) as engine:
+    with scratch_engine(database_url) as engine:
         ledger = ledger_factory(engine)
         sim = Simulation(config, cell, ledger)
         drained = sim.run()
