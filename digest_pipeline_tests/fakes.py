@@ -814,12 +814,19 @@ class FakeLedger(Ledger):
             )
 
     def _cleanup_violations_locked(self, period: Period) -> set[str]:
-        per_key = Counter(c.key for c in self._cleanups if c.key.period == period)
+        mine = [c for c in self._cleanups if c.key.period == period]
+        per_key = Counter(c.key for c in mine)
         offending = {str(k) for k, n in per_key.items() if n > 1}
-        for k in per_key:
-            item = self._items.get(k)
-            if item is None or item.sent_at is None:
-                offending.add(str(k))
+        for c in mine:
+            item = self._items.get(c.key)
+            sent_later = (
+                item is not None and item.sent_at is not None and item.sent_at > c.claimed_at
+            )
+            attempted_later = any(
+                a.key == c.key and a.started_at > c.claimed_at for a in self._attempts.values()
+            )
+            if item is None or item.sent_at is None or sent_later or attempted_later:
+                offending.add(str(c.key))
         return offending
 
     def _silent_timeouts_locked(self, period: Period) -> set[str]:

@@ -48,12 +48,20 @@ def _one_cleanup_per_sent_item(p: str) -> Select[Any]:
         .group_by(c.c.operation_key)
         .having(func.count() > 1)
     )
-    never_sent = (
+    # A cleanup is early when the item was never sent, was marked sent only after it, or had
+    # an attempt (a send) start after it.
+    sent_after = exists().where(
+        a.c.operation_key == c.c.operation_key, a.c.started_at > c.c.claimed_at
+    )
+    early = (
         select(c.c.operation_key)
         .join(wi, wi.c.operation_key == c.c.operation_key)
-        .where(c.c.period == p, wi.c.sent_at.is_(None))
+        .where(
+            c.c.period == p,
+            or_(wi.c.sent_at.is_(None), wi.c.sent_at > c.c.claimed_at, sent_after),
+        )
     )
-    return select(twice.union(never_sent).subquery().c[0])
+    return select(twice.union(early).subquery().c[0])
 
 
 def _no_silent_timeout(p: str) -> Select[Any]:

@@ -38,7 +38,7 @@ class RetryPolicy:
 
     base: timedelta = timedelta(seconds=30)
     cap: timedelta = timedelta(hours=1)
-    max_attempts: int = 8
+    max_attempts: int = 10
     max_age: timedelta = timedelta(hours=24)
 
     def __post_init__(self) -> None:

@@ -121,10 +121,16 @@ class Deliverer:
         """A claim whose lease ran out before its attempt started goes back to the queue."""
         now = self.clock.now()
         current = self.ledger.get(claim.key)
+        # An open attempt under this token would mean a send may be in flight: never requeue.
+        in_flight = any(
+            a.token == claim.token and a.finished_at is None
+            for a in self.ledger.attempts(claim.key)
+        )
         if (
             current is not None
             and current.state is S.CLAIMED
             and current.lease_token == claim.token
+            and not in_flight
         ):
             try:
                 self.ledger.apply(
@@ -199,6 +205,12 @@ class Deliverer:
         match decision:
             case RetryAt(at):
                 return move(S.RETRY_SCHEDULED, next_attempt_at=at, **failure)
+            case DeadLetter(reason) | Fail(reason) if item.dedupe_until is not None:
+                # This was a resend of an attempt whose outcome is unknown: the first may have
+                # been delivered, so the item is not "failed"; a replay must reconcile it first.
+                unresolved = DeadLetterReason.UNKNOWN_UNRESOLVED.value
+                failure["detail"] = f"{reason.value}:{outcome.detail}"
+                return move(S.DEAD_LETTERED, dead_letter_reason=unresolved, **failure)
             case DeadLetter(reason) | Fail(reason):
                 target = S.FAILED if isinstance(decision, Fail) else S.DEAD_LETTERED
                 return move(target, dead_letter_reason=reason.value, **failure)

@@ -1,7 +1,7 @@
 """Reconciliation of `unknown` items, in design §2's order: ledger evidence, then the mailer.
 
-An item is moved only on evidence: a confirmed attempt in the ledger, the mailer's lookup, or a
-provider that will deduplicate a resend inside its idempotency window. Without evidence it stays
+An item is moved only on evidence: a confirmed attempt in the ledger, a history of attempts that
+all closed as not accepted, the mailer's lookup, or a provider that will deduplicate a resend inside its idempotency window. Without evidence it stays
 `unknown` (visible, rows kept) until its retention runs out and it is dead-lettered.
 """
 
@@ -18,7 +18,7 @@ from digest_pipeline.domain.policy import DeliveryPolicy
 from digest_pipeline.domain.retry import DeadLetterReason
 from digest_pipeline.domain.states import DeliveryState
 from digest_pipeline.ports import Clock, Ledger, Mailer
-from digest_pipeline.services.evidence import RECONCILE_ACTOR, confirmed_attempt
+from digest_pipeline.services.evidence import RECONCILE_ACTOR, confirmed_attempt, never_accepted
 from digest_pipeline.services.logs import log_event
 
 S = DeliveryState
@@ -46,6 +46,9 @@ def _evidence(
     if (confirmed := confirmed_attempt(ledger, item.key)) is not None:
         pid = confirmed.provider_message_id
         return S.SENT, "ledger_attempt", {"provider_message_id": pid}
+    if never_accepted(ledger, item.key):
+        fields = {"next_attempt_at": now, "clear_dedupe": True}
+        return S.RETRY_SCHEDULED, "ledger_attempts_not_accepted", fields
     found = mailer.lookup(str(item.key))
     if found.status is LookupStatus.FOUND:
         return S.SENT, "mailer_lookup_found", {"provider_message_id": found.provider_message_id}

@@ -24,6 +24,7 @@ from digest_pipeline.domain.retry import RetryPolicy
 from digest_pipeline.domain.states import DeliveryState
 from digest_pipeline.ports import Mailer
 from digest_pipeline.services.deliver import deliver_due
+from digest_pipeline.services.reconcile import reconcile_period
 from digest_pipeline_tests.builders import (
     deliver_all,
     email_of,
@@ -655,3 +656,47 @@ def test_fixed_clock_keeps_retry_schedules_exact_under_concurrency():
     deliver_due(make_deliverer(ledger, mailer, clock), batch_size=8, concurrency=8)
 
     assert {i.next_attempt_at for i in ledger.items(W42)} == {T0 + timedelta(seconds=15)}
+
+
+# --- resends of an unknown outcome ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("failure", [TRANSIENT, PERMANENT])
+def test_resend_of_an_unknown_that_runs_out_of_bounds_is_dead_lettered_unresolved(clock, failure):
+    # The first attempt timed out after the provider took it; the resends (made safe by the
+    # provider's deduplication) then fail. The first may have been delivered: not `max_attempts`
+    # or `permanent`, which a replay would resend blind, but `unknown_unresolved`.
+    policy = DeliveryPolicy(retry=RetryPolicy(max_attempts=2))
+    mailer = FakeMailer(can_lookup=False, clock=clock)
+    ledger = frozen_ledger(1)
+    mailer.script_timeout_after_accept(key_of(1))
+    mailer.script(key_of(1), failure, failure)
+    deliverer = make_deliverer(ledger, mailer, clock, policy=policy)
+    deliver_all(deliverer)
+    reconcile_period(ledger, mailer, clock, policy, W42)
+    assert ledger.get(key_of(1)).dedupe_until is not None
+
+    for _ in range(3):
+        deliver_all(deliverer)
+        clock.advance(timedelta(minutes=5))
+
+    assert state_of(ledger, key_of(1)) is S.DEAD_LETTERED
+    [dead] = ledger.dead_letters(W42)
+    assert dead.reason == "unknown_unresolved"
+    assert mailer.deliveries_for(key_of(1)) == 1
+    assert failed_invariants(ledger, W42, clock.now()) == []
+
+
+def test_claim_released_after_a_lost_start_is_never_requeued_with_an_attempt_in_flight(clock):
+    ledger, mailer = frozen_ledger(1), FakeMailer(clock=clock)
+    policy = DeliveryPolicy()
+    [claim] = ledger.claim_due(clock.now(), "w1", policy.lease, limit=1)
+    ledger.start_attempt(claim, clock.now())  # a send under this very token is in flight
+    clock.advance(policy.lease)  # the lease runs out before the sweeper has run
+
+    outcome = make_deliverer(ledger, mailer, clock, owner="w1").deliver_one(claim)
+
+    assert outcome == "lost_race"
+    assert state_of(ledger, key_of(1)) is S.CLAIMED  # left for the sweeper: → unknown
+    assert ledger.recover_expired_leases(clock.now()).unknown == (key_of(1),)
+    assert mailer.sends == 0

@@ -341,3 +341,50 @@ def test_unknown_after_the_window_closed_is_not_turned_into_a_resend_that_cannot
 
     assert state_of(ledger, key_of(1)) in {S.UNKNOWN, S.SENT}
     assert [d.reason for d in ledger.dead_letters(W42)] == []
+
+
+# --- a history that proves nothing left -----------------------------------------------------
+
+
+def unknown_after_a_slow_transient_failure(clock: FixedClock) -> FakeLedger:
+    """The lease ran out mid-send (→ unknown), then the slow attempt came back transient: the
+    ledger itself proves the provider never took the message."""
+    ledger = frozen_ledger(1)
+    [claim] = ledger.claim_due(clock.now(), "w-slow", POLICY.lease, limit=1)
+    ticket = ledger.start_attempt(claim, clock.now())
+    clock.advance(POLICY.lease)
+    assert ledger.recover_expired_leases(clock.now()).unknown == (key_of(1),)
+    with pytest.raises(LostRace):
+        ledger.complete(
+            ticket,
+            SendOutcome.failed(FailureClass.TRANSIENT, "connection_refused"),
+            Transition(key_of(1), S.CLAIMED, claim.token, S.RETRY_SCHEDULED, clock.now()),
+        )
+    return ledger
+
+
+def test_unknown_whose_attempts_all_closed_as_not_accepted_is_due_again(clock):
+    # a provider that neither deduplicates nor answers lookups: only the ledger can settle it
+    mailer = FakeMailer(idempotent=False, can_lookup=False, clock=clock)
+    ledger = unknown_after_a_slow_transient_failure(clock)
+
+    report = reconcile(ledger, mailer, clock)
+
+    item = ledger.get(key_of(1))
+    assert item is not None
+    assert (item.state, item.next_attempt_at) == (S.RETRY_SCHEDULED, clock.now())
+    assert report.evidence == {"ledger_attempts_not_accepted": 1}
+    deliver_all(make_deliverer(ledger, mailer, clock, policy=POLICY))
+    assert state_of(ledger, key_of(1)) is S.SENT
+    assert mailer.deliveries_for(key_of(1)) == 1
+    assert failed_invariants(ledger, W42, clock.now()) == []
+
+
+def test_an_unknown_attempt_in_the_history_is_not_proof_of_not_sent(clock):
+    mailer = FakeMailer(idempotent=False, can_lookup=False, clock=clock)
+    ledger = unknown_item(clock, mailer, accepted=True)
+
+    report = reconcile(ledger, mailer, clock)
+
+    assert state_of(ledger, key_of(1)) is S.UNKNOWN
+    assert report.evidence == {}
