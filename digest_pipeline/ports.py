@@ -9,6 +9,7 @@ from collections.abc import Collection, Iterable, Iterator, Sequence
 from datetime import datetime, timedelta
 
 from digest_pipeline.domain.catalogue import Order, Product
+from digest_pipeline.domain.errors import DigestError
 from digest_pipeline.domain.failures import SendOutcome
 from digest_pipeline.domain.model import (
     Attempt,
@@ -119,6 +120,11 @@ class Ledger(ABC):
     def recipient(self, key: OperationKey) -> str | None:
         """The address frozen for the key's customer in the key's period."""
 
+    def recipients(self, keys: Sequence[OperationKey]) -> dict[OperationKey, str]:
+        """`recipient` for many keys; keys without a frozen address are absent."""
+        found = {k: self.recipient(k) for k in keys}
+        return {k: r for k, r in found.items() if r is not None}
+
     # -- generated content -----------------------------------------------------------------
     @abstractmethod
     def add_digest_rows(self, rows: Iterable[DigestRow]) -> int:
@@ -127,6 +133,10 @@ class Ledger(ABC):
     @abstractmethod
     def digest_rows(self, key: OperationKey) -> list[DigestRow]:
         """The live (not cleaned) generated rows of one key, by position."""
+
+    def digest_rows_of(self, keys: Sequence[OperationKey]) -> dict[OperationKey, list[DigestRow]]:
+        """`digest_rows` for many keys (every key present, possibly with no rows)."""
+        return {k: self.digest_rows(k) for k in keys}
 
     @abstractmethod
     def keys_with_rows(self, period: Period) -> set[OperationKey]:
@@ -163,6 +173,41 @@ class Ledger(ABC):
         reconciliation) and LostRace is raised.
         """
 
+    # The batch forms below are what a delivery worker uses: one transaction per wave of sends
+    # instead of one per item. These defaults loop over the single forms; the SQL ledger
+    # overrides them with set-based statements.
+    def start_attempts(
+        self, claims: Sequence[Claim], now: datetime
+    ) -> list[AttemptTicket | DigestError]:
+        """`start_attempt` for each claim, in order.
+
+        A claim that cannot start gets its error (LostRace, UnknownWorkItem) instead of a ticket.
+        """
+        started: list[AttemptTicket | DigestError] = []
+        for claim in claims:
+            try:
+                started.append(self.start_attempt(claim, now))
+            except DigestError as e:
+                started.append(e)
+        return started
+
+    def complete_many(
+        self, results: Sequence[tuple[AttemptTicket, SendOutcome, Transition]]
+    ) -> list[DigestError | None]:
+        """`complete` for each result, in order: None where the transition applied, else its error.
+
+        Every attempt is closed either way.
+        """
+        errors: list[DigestError | None] = []
+        for ticket, outcome, transition in results:
+            try:
+                self.complete(ticket, outcome, transition)
+            except DigestError as e:
+                errors.append(e)
+            else:
+                errors.append(None)
+        return errors
+
     @abstractmethod
     def apply(self, transition: Transition) -> None:
         """Applies one guarded transition that closes no attempt."""
@@ -185,6 +230,15 @@ class Ledger(ABC):
     ) -> list[WorkItem]:
         """A period's items, optionally only in some states, ordered by operation key."""
 
+    def iter_items(
+        self, period: Period, states: Iterable[DeliveryState] | None = None, page: int = 1_000
+    ) -> Iterator[WorkItem]:
+        """`items`, streamed a page at a time, so a million items never sit in memory together.
+
+        The SQL ledger pages by key; this default reads them all.
+        """
+        yield from self.items(period, states)
+
     @abstractmethod
     def attempts(self, key: OperationKey) -> list[Attempt]:
         """The attempt history of one key, oldest first."""
@@ -202,6 +256,22 @@ class Ledger(ABC):
         """Periods with items the system must still act on (any state but cleaned, failed, dead-lettered)."""
 
     # -- cleanup ---------------------------------------------------------------------------
+    def clean_many(
+        self, items: Sequence[tuple[OperationKey, int]], mode: CleanupMode, now: datetime
+    ) -> list[CleanupReceipt | DigestError]:
+        """`clean` for each (key, lease token), in order.
+
+        An item that cannot be cleaned gets its error (LostRace, UnknownWorkItem), and nothing
+        of it changes.
+        """
+        receipts: list[CleanupReceipt | DigestError] = []
+        for key, token in items:
+            try:
+                receipts.append(self.clean(key, token, mode, now))
+            except DigestError as e:
+                receipts.append(e)
+        return receipts
+
     @abstractmethod
     def clean(
         self, key: OperationKey, token: int, mode: CleanupMode, now: datetime

@@ -5,21 +5,23 @@ lease_token = :token`; zero rows raise LostRace. Claims use `FOR UPDATE SKIP LOC
 PostgreSQL and a serialized `BEGIN IMMEDIATE` transaction on SQLite.
 """
 
-from collections.abc import Collection, Iterable, Iterator
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from datetime import datetime, timedelta
 from itertools import islice
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy import (
     ColumnElement,
     Connection,
     Engine,
     and_,
+    bindparam,
     exists,
     func,
     insert,
     literal,
     select,
+    tuple_,
     update,
 )
 from sqlalchemy.dialects import postgresql, sqlite
@@ -38,7 +40,7 @@ from digest_pipeline.adapters.sql_schema import (
     period_runs,
     work_items,
 )
-from digest_pipeline.domain.errors import LostRace, SnapshotMissing, UnknownWorkItem
+from digest_pipeline.domain.errors import DigestError, LostRace, SnapshotMissing, UnknownWorkItem
 from digest_pipeline.domain.failures import FailureClass, SendOutcome
 from digest_pipeline.domain.model import (
     Attempt,
@@ -65,11 +67,17 @@ from digest_pipeline.domain.states import CLAIMABLE, TERMINAL, DeliveryState, ch
 from digest_pipeline.ports import Ledger
 
 S = DeliveryState
+T = TypeVar("T")
 CHUNK = 5_000
+#: keys per `IN (…)` list: far below every driver's bound-parameter limit
+KEYS = 500
 wi = work_items
+#: a throttled attempt gives its budget unit back (one shared expression, so transitions that
+#: refund group into one statement)
+REFUND = wi.c.budget_used - 1
 
 
-def _chunks(rows: Iterable[dict[str, Any]], size: int = CHUNK) -> Iterator[list[dict[str, Any]]]:
+def _chunks(rows: Iterable[T], size: int = CHUNK) -> Iterator[list[T]]:
     it = iter(rows)
     while chunk := list(islice(it, size)):
         yield chunk
@@ -98,7 +106,7 @@ def _update_values(t: Transition) -> dict[str, Any]:
     if t.target is S.SENT:
         values["sent_at"] = t.at
     if t.refund_budget:
-        values["budget_used"] = wi.c.budget_used - 1
+        values["budget_used"] = REFUND
     if t.dedupe_until is not None:
         values["dedupe_until"] = t.dedupe_until
     if t.reopen:
@@ -106,6 +114,20 @@ def _update_values(t: Transition) -> dict[str, Any]:
     if t.reopen or t.clear_dedupe:
         values["dedupe_until"] = None
     return values
+
+
+def _audit_row(e: AuditEntry) -> dict[str, Any]:
+    period = e.period or (e.key.period if e.key else None)
+    return {
+        "at": e.at,
+        "actor": e.actor,
+        "action": e.action,
+        "period": str(period) if period else None,
+        "operation_key": str(e.key) if e.key else None,
+        "from_state": e.from_state.value if e.from_state else None,
+        "to_state": e.to_state.value if e.to_state else None,
+        "reason": e.reason,
+    }
 
 
 class SqlLedger(Ledger):
@@ -203,6 +225,20 @@ class SqlLedger(Ledger):
         with self._engine.connect() as conn:
             return conn.execute(q).scalar_one_or_none()
 
+    def recipients(self, keys: Sequence[OperationKey]) -> dict[OperationKey, str]:
+        es = eligibility_snapshot
+        by_customer: dict[tuple[str, str], OperationKey] = {
+            (str(k.period), k.customer_id): k for k in keys
+        }
+        found: dict[OperationKey, str] = {}
+        with self._engine.connect() as conn:
+            for chunk in _chunks(by_customer, KEYS):
+                q = select(es.c.period, es.c.customer_id, es.c.recipient).where(
+                    tuple_(es.c.period, es.c.customer_id).in_(chunk)
+                )
+                found.update((by_customer[(p, c)], r) for p, c, r in conn.execute(q))
+        return found
+
     # -- generated content -----------------------------------------------------------------
     def add_digest_rows(self, rows: Iterable[DigestRow]) -> int:
         written = 0
@@ -230,6 +266,22 @@ class SqlLedger(Ledger):
         )
         with self._engine.connect() as conn:
             return [DigestRow(key, r.position, r.payload) for r in conn.execute(q)]
+
+    def digest_rows_of(self, keys: Sequence[OperationKey]) -> dict[OperationKey, list[DigestRow]]:
+        found: dict[OperationKey, list[DigestRow]] = {k: [] for k in keys}
+        by_name = {str(k): k for k in keys}
+        dr = digest_rows
+        with self._engine.connect() as conn:
+            for chunk in _chunks(by_name, KEYS):
+                q = (
+                    select(dr.c.operation_key, dr.c.position, dr.c.payload)
+                    .where(dr.c.operation_key.in_(chunk))
+                    .order_by(dr.c.operation_key, dr.c.position, dr.c.row_id)
+                )
+                for name, position, payload in conn.execute(q):
+                    key = by_name[name]
+                    found[key].append(DigestRow(key, position, payload))
+        return found
 
     def keys_with_rows(self, period: Period) -> set[OperationKey]:
         q = (
@@ -329,119 +381,227 @@ class SqlLedger(Ledger):
         return [Claim(i, i.lease_token, owner, expires) for i in items]
 
     def start_attempt(self, claim: Claim, now: datetime) -> AttemptTicket:
-        key = str(claim.key)
+        [started] = self.start_attempts([claim], now)
+        if isinstance(started, DigestError):
+            raise started
+        return started
+
+    def start_attempts(
+        self, claims: Sequence[Claim], now: datetime
+    ) -> list[AttemptTicket | DigestError]:
+        if not claims:
+            return []
+        numbers: dict[str, int] = {}
+        ids: dict[str, int] = {}
         with self._engine.begin() as conn:
-            number = conn.execute(
-                update(wi)
-                .where(
-                    wi.c.operation_key == key,
-                    wi.c.state == S.CLAIMED.value,
-                    wi.c.lease_token == claim.token,
-                    wi.c.lease_expires_at > now,
+            for chunk in _chunks(claims, KEYS):
+                guard = [(str(c.key), c.token) for c in chunk]
+                numbers.update(
+                    conn.execute(
+                        update(wi)
+                        .where(
+                            tuple_(wi.c.operation_key, wi.c.lease_token).in_(guard),
+                            wi.c.state == S.CLAIMED.value,
+                            wi.c.lease_expires_at > now,
+                        )
+                        .values(
+                            attempts=wi.c.attempts + 1,
+                            budget_used=wi.c.budget_used + 1,
+                            first_attempt_at=func.coalesce(wi.c.first_attempt_at, now),
+                            window_started_at=func.coalesce(wi.c.window_started_at, now),
+                            last_attempt_at=now,
+                            updated_at=now,
+                        )
+                        .returning(wi.c.operation_key, wi.c.attempts)
+                    ).all()
                 )
-                .values(
-                    attempts=wi.c.attempts + 1,
-                    budget_used=wi.c.budget_used + 1,
-                    first_attempt_at=func.coalesce(wi.c.first_attempt_at, now),
-                    window_started_at=func.coalesce(wi.c.window_started_at, now),
-                    last_attempt_at=now,
-                    updated_at=now,
+            rows = [
+                {
+                    "operation_key": str(c.key),
+                    "number": numbers[str(c.key)],
+                    "lease_token": c.token,
+                    "worker": c.owner,
+                    "started_at": now,
+                    "duplicate": False,
+                }
+                for c in claims
+                if str(c.key) in numbers
+            ]
+            if rows:
+                ids.update(
+                    conn.execute(
+                        insert(attempts).returning(
+                            attempts.c.operation_key,
+                            attempts.c.attempt_id,
+                            sort_by_parameter_order=True,
+                        ),
+                        rows,
+                    ).all()
                 )
-                .returning(wi.c.attempts)
-            ).scalar_one_or_none()
-            if number is None:
-                self._raise_missing_or_lost(
-                    conn, claim.key, "lease lost before the attempt started"
-                )
-            attempt_id = conn.execute(
-                insert(attempts)
-                .values(
-                    operation_key=key,
-                    number=number,
-                    lease_token=claim.token,
-                    worker=claim.owner,
-                    started_at=now,
-                    duplicate=False,
-                )
-                .returning(attempts.c.attempt_id)
-            ).scalar_one()
-        assert number is not None
-        return AttemptTicket(attempt_id, claim.key, number, claim.token, now)
+            missing = self._missing_or_lost(
+                conn,
+                [c.key for c in claims if str(c.key) not in numbers],
+                "lease lost before the attempt started",
+            )
+        return [
+            AttemptTicket(ids[k], c.key, numbers[k], c.token, now)
+            if (k := str(c.key)) in numbers
+            else missing[k]
+            for c in claims
+        ]
 
     def complete(self, ticket: AttemptTicket, outcome: SendOutcome, transition: Transition) -> None:
-        check_transition(transition.expected, transition.target)
-        lost: LostRace | None = None
-        with self._engine.begin() as conn:
-            conn.execute(
-                update(attempts)
-                .where(attempts.c.attempt_id == ticket.attempt_id, attempts.c.finished_at.is_(None))
-                .values(
-                    finished_at=transition.at,
-                    outcome=outcome.label,
-                    detail=outcome.detail[:200],
-                    provider_message_id=outcome.provider_message_id,
-                    duplicate=outcome.duplicate,
-                )
-            )
-            try:
-                self._apply(conn, transition)
-            except LostRace as e:
-                # Commit the closed attempt anyway: it is evidence for reconciliation.
-                lost = e
+        [lost] = self.complete_many([(ticket, outcome, transition)])
         if lost is not None:
             raise lost
+
+    def complete_many(
+        self, results: Sequence[tuple[AttemptTicket, SendOutcome, Transition]]
+    ) -> list[DigestError | None]:
+        if not results:
+            return []
+        for _, _, t in results:
+            check_transition(t.expected, t.target)
+        closing = [
+            {
+                "b_attempt_id": ticket.attempt_id,
+                "b_finished_at": t.at,
+                "b_outcome": outcome.label,
+                "b_detail": outcome.detail[:200],
+                "b_provider_message_id": outcome.provider_message_id,
+                "b_duplicate": outcome.duplicate,
+            }
+            for ticket, outcome, t in results
+        ]
+        with self._engine.begin() as conn:
+            # Close every attempt, even one whose transition loses: it is evidence for
+            # reconciliation, and it commits with the transitions that did apply.
+            conn.execute(
+                update(attempts)
+                .where(
+                    attempts.c.attempt_id == bindparam("b_attempt_id"),
+                    attempts.c.finished_at.is_(None),
+                )
+                .values(
+                    finished_at=bindparam("b_finished_at"),
+                    outcome=bindparam("b_outcome"),
+                    detail=bindparam("b_detail"),
+                    provider_message_id=bindparam("b_provider_message_id"),
+                    duplicate=bindparam("b_duplicate"),
+                ),
+                closing,
+            )
+            lost = self._apply_many(conn, [t for _, _, t in results])
+        return [lost.get(str(t.key)) for _, _, t in results]
 
     def apply(self, transition: Transition) -> None:
         check_transition(transition.expected, transition.target)
         with self._engine.begin() as conn:
-            self._apply(conn, transition)
+            if lost := self._apply_many(conn, [transition]):
+                raise lost[str(transition.key)]
 
-    def _apply(self, conn: Connection, t: Transition) -> None:
-        values = _update_values(t)
-        row = (
-            conn.execute(
+    def _apply_many(self, conn: Connection, ts: Sequence[Transition]) -> dict[str, DigestError]:
+        """Applies the transitions whose guard holds; returns the others' errors by key.
+
+        The guarded rows are read and locked first, so the set of transitions that apply is
+        known before any row changes; the updates then go out one statement per shape of
+        values (one for every `sent`, one for every retry, …), not one per item.
+        """
+        current: dict[str, Any] = {}
+        for chunk in _chunks([str(t.key) for t in ts], KEYS):
+            q = select(wi).where(wi.c.operation_key.in_(chunk)).with_for_update()
+            current.update((r["operation_key"], r) for r in conn.execute(q).mappings())
+        applied: list[Transition] = []
+        lost: dict[str, DigestError] = {}
+        for t in ts:
+            row = current.get(str(t.key))
+            if row is None:
+                lost[str(t.key)] = UnknownWorkItem(f"no work item for {t.key}")
+            elif row["state"] != t.expected.value or row["lease_token"] != t.token:
+                lost[str(t.key)] = LostRace(
+                    f"{t.key}: expected {t.expected.value} with token {t.token}; "
+                    f"it is {row['state']}"
+                )
+            else:
+                applied.append(t)
+        # Transitions setting the same columns (and the same expressions) share one statement.
+        shapes: dict[tuple[tuple[str, int | None], ...], list[Transition]] = {}
+        for t in applied:
+            shape = tuple(
+                (c, id(v) if isinstance(v, ColumnElement) else None)
+                for c, v in _update_values(t).items()
+            )
+            shapes.setdefault(shape, []).append(t)
+        for group in shapes.values():
+            stmt = (
                 update(wi)
                 .where(
-                    wi.c.operation_key == str(t.key),
-                    wi.c.state == t.expected.value,
-                    wi.c.lease_token == t.token,
+                    wi.c.operation_key == bindparam("w_key"),
+                    wi.c.state == bindparam("w_state"),
+                    wi.c.lease_token == bindparam("w_token"),
                 )
-                .values(**values)
-                .returning(*wi.c)
-            )
-            .mappings()
-            .first()
-        )
-        if row is None:
-            self._raise_missing_or_lost(
-                conn, t.key, f"expected {t.expected.value} with token {t.token}"
-            )
-        assert row is not None
-        if t.dead_letter_reason is not None:
-            conn.execute(
-                insert(dead_letters).values(
-                    operation_key=str(t.key),
-                    period=str(t.key.period),
-                    customer_id=t.key.customer_id,
-                    reason=t.dead_letter_reason,
-                    last_failure_class=row["last_failure_class"],
-                    attempts=row["attempts"],
-                    first_attempt_at=row["first_attempt_at"],
-                    last_attempt_at=row["last_attempt_at"],
-                    created_at=t.at,
+                .values(
+                    {
+                        c: v if isinstance(v, ColumnElement) else bindparam(f"v_{c}")
+                        for c, v in _update_values(group[0]).items()
+                    }
                 )
             )
-        if t.target is S.PENDING:
+            params = [
+                {
+                    "w_key": str(t.key),
+                    "w_state": t.expected.value,
+                    "w_token": t.token,
+                    **{
+                        f"v_{c}": v
+                        for c, v in _update_values(t).items()
+                        if not isinstance(v, ColumnElement)
+                    },
+                }
+                for t in group
+            ]
+            conn.execute(stmt, params)
+        self._record_side_rows(conn, applied, current)
+        return lost
+
+    def _record_side_rows(
+        self, conn: Connection, ts: Sequence[Transition], before: dict[str, Any]
+    ) -> None:
+        """The dead-letter, replay and audit rows that go with applied transitions."""
+        dead = [
+            {
+                "operation_key": str(t.key),
+                "period": str(t.key.period),
+                "customer_id": t.key.customer_id,
+                "reason": t.dead_letter_reason,
+                "last_failure_class": (
+                    t.failure_class.value
+                    if t.failure_class is not None
+                    else before[str(t.key)]["last_failure_class"]
+                ),
+                "attempts": before[str(t.key)]["attempts"],
+                "first_attempt_at": before[str(t.key)]["first_attempt_at"],
+                "last_attempt_at": before[str(t.key)]["last_attempt_at"],
+                "created_at": t.at,
+            }
+            for t in ts
+            if t.dead_letter_reason is not None
+        ]
+        if dead:
+            conn.execute(insert(dead_letters), dead)
+        reopened = [{"b_key": str(t.key), "b_at": t.at} for t in ts if t.target is S.PENDING]
+        if reopened:
             conn.execute(
                 update(dead_letters)
                 .where(
-                    dead_letters.c.operation_key == str(t.key), dead_letters.c.replayed_at.is_(None)
+                    dead_letters.c.operation_key == bindparam("b_key"),
+                    dead_letters.c.replayed_at.is_(None),
                 )
-                .values(replayed_at=t.at)
+                .values(replayed_at=bindparam("b_at")),
+                reopened,
             )
-        if t.audit is not None:
-            self._insert_audit(
-                conn,
+        audits = [
+            _audit_row(
                 AuditEntry(
                     at=t.at,
                     actor=t.audit.actor,
@@ -451,14 +611,30 @@ class SqlLedger(Ledger):
                     to_state=t.target,
                     reason=t.audit.reason,
                     period=t.key.period,
-                ),
+                )
             )
+            for t in ts
+            if t.audit is not None
+        ]
+        if audits:
+            conn.execute(insert(audit_log), audits)
 
-    def _raise_missing_or_lost(self, conn: Connection, key: OperationKey, why: str) -> None:
-        found = conn.execute(select(wi.c.state).where(wi.c.operation_key == str(key))).first()
-        if found is None:
-            raise UnknownWorkItem(f"no work item for {key}")
-        raise LostRace(f"{key}: {why}; it is {found.state}")
+    def _missing_or_lost(
+        self, conn: Connection, keys: Sequence[OperationKey], why: str
+    ) -> dict[str, DigestError]:
+        """The error for each key that matched no guarded row: unknown key, or a lost race."""
+        states: dict[str, str] = {}
+        for chunk in _chunks([str(k) for k in keys], KEYS):
+            q = select(wi.c.operation_key, wi.c.state).where(wi.c.operation_key.in_(chunk))
+            states.update((k, state) for k, state in conn.execute(q))
+        return {
+            str(k): (
+                LostRace(f"{k}: {why}; it is {states[str(k)]}")
+                if str(k) in states
+                else UnknownWorkItem(f"no work item for {k}")
+            )
+            for k in keys
+        }
 
     def recover_expired_leases(self, now: datetime) -> LeaseRecovery:
         expired = and_(wi.c.state == S.CLAIMED.value, wi.c.lease_expires_at <= now)
@@ -525,6 +701,24 @@ class SqlLedger(Ledger):
             items = [sql_rows.work_item(r) for r in conn.execute(q).mappings()]
         return sorted(items, key=lambda i: str(i.key))
 
+    def iter_items(
+        self, period: Period, states: Iterable[DeliveryState] | None = None, page: int = 1_000
+    ) -> Iterator[WorkItem]:
+        q = select(wi).where(wi.c.period == str(period))
+        if states is not None:
+            q = q.where(wi.c.state.in_([s.value for s in states]))
+        after: str | None = None
+        while True:
+            # keyset pagination: each page is its own short read, nothing is held open between
+            paged = q if after is None else q.where(wi.c.operation_key > after)
+            with self._engine.connect() as conn:
+                rows = conn.execute(paged.order_by(wi.c.operation_key).limit(page)).mappings()
+                items = [sql_rows.work_item(r) for r in rows]
+            yield from items
+            if len(items) < page:
+                return
+            after = str(items[-1].key)
+
     def attempts(self, key: OperationKey) -> list[Attempt]:
         q = (
             select(attempts)
@@ -562,43 +756,101 @@ class SqlLedger(Ledger):
     def clean(
         self, key: OperationKey, token: int, mode: CleanupMode, now: datetime
     ) -> CleanupReceipt:
-        k = str(key)
-        with self._engine.begin() as conn:
-            if conn.execute(select(wi.c.state).where(wi.c.operation_key == k)).first() is None:
-                raise UnknownWorkItem(f"no work item for {key}")
-            claimed = conn.execute(
-                self._insert(cleanups)
-                .values(
-                    operation_key=k,
-                    period=str(key.period),
-                    mode=mode.value,
-                    rows=0,
-                    claimed_at=now,
-                    completed_at=now,
-                )
-                .on_conflict_do_nothing(index_elements=["operation_key"])
-                .returning(cleanups.c.operation_key)
-            ).first()
-            if claimed is None:
-                return CleanupReceipt(key, "already_cleaned", 0)
-            moved = conn.execute(
-                update(wi)
-                .where(
-                    wi.c.operation_key == k,
-                    wi.c.state == S.SENT.value,
-                    wi.c.lease_token == token,
-                )
-                .values(state=S.CLEANED.value, cleaned_at=now, updated_at=now)
-                .returning(wi.c.operation_key)
-            ).first()
-            if moved is None:
-                # Raising inside the transaction rolls back the cleanup row claimed above.
-                self._raise_missing_or_lost(conn, key, "cleanup needs a sent item")
-            rows = self._remove_rows(conn, k, mode, now)
-            conn.execute(update(cleanups).where(cleanups.c.operation_key == k).values(rows=rows))
-        return CleanupReceipt(key, "cleaned", rows)
+        [receipt] = self.clean_many([(key, token)], mode, now)
+        if isinstance(receipt, DigestError):
+            raise receipt
+        return receipt
 
-    def _remove_rows(self, conn: Connection, key: str, mode: CleanupMode, now: datetime) -> int:
+    def clean_many(
+        self, items: Sequence[tuple[OperationKey, int]], mode: CleanupMode, now: datetime
+    ) -> list[CleanupReceipt | DigestError]:
+        if not items:
+            return []
+        out: list[CleanupReceipt | DigestError] = []
+        for chunk in _chunks(items, KEYS):
+            with self._engine.begin() as conn:
+                out.extend(self._clean_chunk(conn, chunk, mode, now))
+        return out
+
+    def _clean_chunk(
+        self,
+        conn: Connection,
+        items: Sequence[tuple[OperationKey, int]],
+        mode: CleanupMode,
+        now: datetime,
+    ) -> list[CleanupReceipt | DigestError]:
+        """One transaction: the unique cleanup rows, the rows removed and `sent → cleaned`.
+
+        The items are read and locked first, so only those that are `sent` under the caller's
+        token get a cleanup row; a key already cleaned keeps its first row and is reported.
+        """
+        keys = [str(k) for k, _ in items]
+        locked = select(wi.c.operation_key, wi.c.state, wi.c.lease_token).where(
+            wi.c.operation_key.in_(keys)
+        )
+        current = {k: (state, token) for k, state, token in conn.execute(locked.with_for_update())}
+        cleaned = set(
+            conn.execute(
+                select(cleanups.c.operation_key).where(cleanups.c.operation_key.in_(keys))
+            ).scalars()
+        )
+        movable = [
+            k
+            for k, token in ((str(k), t) for k, t in items)
+            if k not in cleaned and current.get(k) == (S.SENT.value, token)
+        ]
+        rows: dict[str, int] = {}
+        if movable:
+            dr = digest_rows
+            rows = dict(
+                conn.execute(
+                    select(dr.c.operation_key, func.count())
+                    .where(dr.c.operation_key.in_(movable))
+                    .group_by(dr.c.operation_key)
+                ).all()
+            )
+            conn.execute(
+                insert(cleanups),
+                [
+                    {
+                        "operation_key": k,
+                        "period": str(OperationKey.parse(k).period),
+                        "mode": mode.value,
+                        "rows": rows.get(k, 0),
+                        "claimed_at": now,
+                        "completed_at": now,
+                    }
+                    for k in movable
+                ],
+            )
+            conn.execute(
+                update(wi)
+                .where(wi.c.operation_key.in_(movable), wi.c.state == S.SENT.value)
+                .values(state=S.CLEANED.value, cleaned_at=now, updated_at=now)
+            )
+            self._remove_rows(conn, movable, mode, now)
+        receipts: list[CleanupReceipt | DigestError] = []
+        for key, token in items:
+            k = str(key)
+            if k in cleaned:
+                receipts.append(CleanupReceipt(key, "already_cleaned", 0))
+            elif k in current and current[k] == (S.SENT.value, token):
+                receipts.append(CleanupReceipt(key, "cleaned", rows.get(k, 0)))
+            elif k in current:
+                state, held = current[k]
+                receipts.append(
+                    LostRace(
+                        f"{key}: cleanup needs a sent item with token {token}; it is "
+                        f"{state} with token {held}"
+                    )
+                )
+            else:
+                receipts.append(UnknownWorkItem(f"no work item for {key}"))
+        return receipts
+
+    def _remove_rows(
+        self, conn: Connection, keys: Sequence[str], mode: CleanupMode, now: datetime
+    ) -> None:
         dr = digest_rows
         if mode is CleanupMode.ARCHIVE:
             names = ["row_id", "operation_key", "period", "customer_id", "position", "payload"]
@@ -606,9 +858,9 @@ class SqlLedger(Ledger):
             source = select(
                 *[dr.c[n] for n in names],
                 literal(now, digest_rows_archive.c.archived_at.type),
-            ).where(dr.c.operation_key == key)
+            ).where(dr.c.operation_key.in_(keys))
             conn.execute(insert(digest_rows_archive).from_select([*names, "archived_at"], source))
-        return conn.execute(dr.delete().where(dr.c.operation_key == key)).rowcount
+        conn.execute(dr.delete().where(dr.c.operation_key.in_(keys)))
 
     # -- dead letters, audit, invariants ---------------------------------------------------
     def dead_letters(self, period: Period) -> list[DeadLetterRecord]:
@@ -625,19 +877,7 @@ class SqlLedger(Ledger):
             self._insert_audit(conn, entry)
 
     def _insert_audit(self, conn: Connection, e: AuditEntry) -> None:
-        period = e.period or (e.key.period if e.key else None)
-        conn.execute(
-            insert(audit_log).values(
-                at=e.at,
-                actor=e.actor,
-                action=e.action,
-                period=str(period) if period else None,
-                operation_key=str(e.key) if e.key else None,
-                from_state=e.from_state.value if e.from_state else None,
-                to_state=e.to_state.value if e.to_state else None,
-                reason=e.reason,
-            )
-        )
+        conn.execute(insert(audit_log).values(_audit_row(e)))
 
     def audit_log(self, period: Period | None = None) -> list[AuditEntry]:
         q = select(audit_log).order_by(audit_log.c.audit_id)

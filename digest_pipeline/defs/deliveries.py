@@ -81,7 +81,7 @@ def deliver_batch(
     )
     report = deliver_due(
         deliverer,
-        batch_size=settings.batch_size,
+        batch_size=settings.claim_size,
         concurrency=settings.concurrency,
         period=Period.parse(context.partition_key),
         max_items=settings.batch_size,
@@ -104,7 +104,7 @@ def settle_period(
     reconciled = reconcile_period(ledger, mailer, clock, delivery.settings().policy, period)
     metrics = period_metrics(ledger, period, clock.now())
     return dg.MaterializeResult(
-        metadata=delivery_metadata(metrics, ledger.items(period), before, results, reconciled)
+        metadata=delivery_metadata(metrics, ledger.iter_items(period), before, results, reconciled)
     )
 
 

@@ -5,8 +5,9 @@ and check samples hold operation keys, customer ids, states and failure codes, n
 address or digest content.
 """
 
+import heapq
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import dagster as dg
@@ -28,9 +29,11 @@ _COLUMNS = ("key", "customer_id", "state", "attempts", "last_failure_class", "la
 _TYPES = ("string", "string", "string", "int", "string", "string")
 
 
-def worst_items(items: Sequence[WorkItem], limit: int = WORST_ITEMS) -> dg.TableMetadataValue:
-    """The `limit` worst items by (state severity, attempts desc, key)."""
-    ranked = sorted(items, key=lambda i: (SEVERITY[i.state], -i.attempts, str(i.key)))[:limit]
+def worst_items(items: Iterable[WorkItem], limit: int = WORST_ITEMS) -> dg.TableMetadataValue:
+    """The `limit` worst items by (state severity, attempts desc, key); `items` may stream."""
+    ranked = heapq.nsmallest(
+        limit, items, key=lambda i: (SEVERITY[i.state], -i.attempts, str(i.key))
+    )
     return dg.MetadataValue.table(
         records=[
             dg.TableRecord(
@@ -77,7 +80,7 @@ def check_result(
 
 def delivery_metadata(
     metrics: PeriodMetrics,
-    items: Sequence[WorkItem],
+    items: Iterable[WorkItem],
     before: Mapping[str, int],
     results: Sequence[Mapping[str, int]],
     reconciled: ReconcileReport,

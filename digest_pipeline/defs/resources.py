@@ -107,6 +107,10 @@ class ComposerResource(dg.ConfigurableResource[Composer]):
         return build_composer(_load(**self.model_dump()), SystemClock())
 
 
+#: a delivery step leases this many waves of `concurrency` items at a time
+CLAIM_WAVES = 8
+
+
 @dataclass(frozen=True)
 class DeliverySettings:
     """The delivery gate's bounds and the fan-out, as the assets, checks and sensor use them."""
@@ -119,6 +123,15 @@ class DeliverySettings:
     stale_after_seconds: float
     #: `dead_letter_volume` warns above this share of (dead-lettered + failed) / eligible
     dead_letter_rate_threshold: float
+
+    @property
+    def claim_size(self) -> int:
+        """Items a delivery step leases at a time: a few waves' worth, never the whole batch.
+
+        A step works through `batch_size` items; leasing them all at once would let the last
+        ones' leases run out behind a slow provider.
+        """
+        return min(self.batch_size, CLAIM_WAVES * self.concurrency)
 
 
 class DeliveryResource(dg.ConfigurableResource["DeliveryResource"]):

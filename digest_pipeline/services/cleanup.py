@@ -7,8 +7,9 @@ with its unique cleanup row and its `sent → cleaned` compare-and-set.
 import logging
 from collections import Counter
 from dataclasses import dataclass, field
+from itertools import islice
 
-from digest_pipeline.domain.errors import LostRace
+from digest_pipeline.domain.errors import DigestError, LostRace
 from digest_pipeline.domain.gate import cleanup_gate
 from digest_pipeline.domain.model import CleanupMode
 from digest_pipeline.domain.periods import Period
@@ -28,27 +29,51 @@ class CleanupReport:
     held_back: Counter[str] = field(default_factory=Counter)
 
 
-def clean_period(ledger: Ledger, clock: Clock, period: Period, mode: CleanupMode) -> CleanupReport:
-    """Cleans every `sent` item of the period; safe to run again at any time."""
+def clean_period(
+    ledger: Ledger, clock: Clock, period: Period, mode: CleanupMode, *, page: int = 500
+) -> CleanupReport:
+    """Cleans every `sent` item of the period, `page` items a transaction; safe to run again."""
     report = CleanupReport()
-    for item in ledger.items(period):
-        gate = cleanup_gate(item.state)
-        if not gate.open:
-            if gate.reason == "already_cleaned":
+    # The gate decides item by item (a page at a time); the ledger then cleans the page's
+    # open items in one transaction and enforces the same rule itself.
+    items = ledger.iter_items(period, page=page)
+    while page_items := list(islice(items, page)):
+        chosen = []
+        for item in page_items:
+            gate = cleanup_gate(item.state)
+            if gate.open:
+                chosen.append(item)
+            elif gate.reason == "already_cleaned":
                 report.already_cleaned += 1
             else:
                 report.held_back[gate.reason] += 1
+        if not chosen:
             continue
-        try:
-            receipt = ledger.clean(item.key, item.lease_token, mode, clock.now())
-        except LostRace as e:
-            report.lost_races += 1
-            log_event("lost_race", logging.WARNING, key=item.key, step="cleanup", why=e)
-            continue
-        if receipt.status == "cleaned":
-            report.cleaned += 1
-            report.rows += receipt.rows
-        else:
-            report.already_cleaned += 1
-        log_event("cleanup", key=item.key, status=receipt.status, rows=receipt.rows)
+        receipts = ledger.clean_many(
+            [(item.key, item.lease_token) for item in chosen], mode, clock.now()
+        )
+        for item, receipt in zip(chosen, receipts, strict=True):
+            if isinstance(receipt, LostRace):
+                report.lost_races += 1
+                log_event("lost_race", logging.WARNING, key=item.key, step="cleanup", why=receipt)
+            elif isinstance(receipt, DigestError):
+                raise receipt
+            elif receipt.status == "cleaned":
+                report.cleaned += 1
+                report.rows += receipt.rows
+                log_event(
+                    "cleanup", logging.DEBUG, key=item.key, status="cleaned", rows=receipt.rows
+                )
+            else:
+                report.already_cleaned += 1
+                log_event("cleanup", key=item.key, status=receipt.status)
+    log_event(
+        "cleaned",
+        period=period,
+        cleaned=report.cleaned,
+        rows=report.rows,
+        already_cleaned=report.already_cleaned,
+        held_back=report.held_back.total(),
+        lost_races=report.lost_races,
+    )
     return report

@@ -1,21 +1,26 @@
 """The delivery gate: claim due items, record each attempt before the send, record its outcome.
 
 The outcome's failure class decides the next state through `domain.retry.decide`, and the result
-is written with a compare-and-set on the fencing token. A worker returns only after every claim
-it took has a recorded terminal state, retry schedule or `unknown`.
+is written with a compare-and-set on the fencing token. Work goes in waves of at most
+`concurrency` items: one transaction records the wave's attempts as started, the sends run in
+parallel, one transaction records their outcomes; so at most `concurrency` sends are ever open
+per worker, and the ledger sees a few statements per wave instead of several per item. A worker
+returns only after every claim it took has a recorded terminal state, retry schedule or
+`unknown`.
 """
 
 import logging
-from collections import Counter
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from collections import Counter, deque
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
+from itertools import islice
 from typing import Any
 
-from digest_pipeline.domain.errors import LostRace, RenderError
+from digest_pipeline.domain.errors import DigestError, LostRace, RenderError
 from digest_pipeline.domain.failures import FailureClass, SendOutcome
-from digest_pipeline.domain.model import AttemptTicket, AuditNote, Claim, Transition
+from digest_pipeline.domain.model import AttemptTicket, AuditNote, Claim, DigestRow, Transition
 from digest_pipeline.domain.periods import Period
 from digest_pipeline.domain.policy import DeliveryPolicy
 from digest_pipeline.domain.retry import (
@@ -33,6 +38,8 @@ from digest_pipeline.services.evidence import RECONCILE_ACTOR, confirmed_attempt
 from digest_pipeline.services.logs import log_event
 
 S = DeliveryState
+#: the state a claim is reported in when its compare-and-set lost to another worker or a sweep
+LOST_RACE = "lost_race"
 
 
 @dataclass
@@ -49,6 +56,40 @@ class DeliveryReport:
         self.outcomes.update(other.outcomes)
         self.lost_races += other.lost_races
 
+    def count(self, states: Sequence[str]) -> None:
+        for state in states:
+            if state == LOST_RACE:
+                self.lost_races += 1
+            else:
+                self.outcomes[state] += 1
+
+
+@dataclass(frozen=True)
+class _Started:
+    """A claim whose attempt is recorded as started, with what its message is made of."""
+
+    claim: Claim
+    ticket: AttemptTicket
+    closes_at: datetime | None
+    recipient: str | None
+    rows: list[DigestRow]
+
+
+@dataclass
+class Wave:
+    """Claims on their way through one wave: settled before sending, or started and sending."""
+
+    claims: list[Claim]
+    settled: dict[int, str]
+    started: list[tuple[int, _Started]]
+    sends: list[Future[SendOutcome]]
+
+
+def _done(value: SendOutcome) -> Future[SendOutcome]:
+    f: Future[SendOutcome] = Future()
+    f.set_result(value)
+    return f
+
 
 @dataclass(frozen=True)
 class Deliverer:
@@ -64,7 +105,72 @@ class Deliverer:
 
     def deliver_one(self, claim: Claim) -> str:
         """Takes one claim to a recorded state; returns that state (or `lost_race`)."""
-        item, now = claim.item, self.clock.now()
+        [state] = self.finish(self.launch([claim], None))
+        return state
+
+    def launch(self, claims: Sequence[Claim], pool: ThreadPoolExecutor | None) -> Wave:
+        """Records what needs no send and starts the other claims' sends.
+
+        Their attempts are recorded as started in one transaction before any send; the sends
+        run on `pool`, or here when it is None.
+        """
+        wave = Wave(list(claims), {}, [], [])
+        now = self.clock.now()
+        to_start: list[tuple[int, Claim, datetime | None]] = []
+        for i, claim in enumerate(claims):
+            settled = self._settle_without_sending(claim, now)
+            if isinstance(settled, str):
+                wave.settled[i] = settled
+            else:
+                to_start.append((i, claim, settled))
+        if not to_start:
+            return wave
+        tickets = self.ledger.start_attempts([c for _, c, _ in to_start], now)
+        keys = [
+            c.key
+            for (_, c, _), t in zip(to_start, tickets, strict=True)
+            if isinstance(t, AttemptTicket)
+        ]
+        recipients = self.ledger.recipients(keys) if keys else {}
+        rows = self.ledger.digest_rows_of(keys) if keys else {}
+        for (i, claim, closes_at), ticket in zip(to_start, tickets, strict=True):
+            if isinstance(ticket, DigestError):
+                wave.settled[i] = self._release(claim, ticket)
+                continue
+            started = _Started(
+                claim, ticket, closes_at, recipients.get(claim.key), rows.get(claim.key, [])
+            )
+            wave.started.append((i, started))
+            wave.sends.append(
+                pool.submit(self._send, started) if pool else _done(self._send(started))
+            )
+        return wave
+
+    def finish(self, wave: Wave) -> list[str]:
+        """Waits for the wave's sends and records every outcome in one transaction.
+
+        Returns each claim's state, in the order the claims came.
+        """
+        states = dict(wave.settled)
+        if wave.started:
+            outcomes = [f.result() for f in wave.sends]
+            results = [
+                (s.ticket, o, self._next(s.claim, o, s.ticket.started_at, s.closes_at))
+                for (_, s), o in zip(wave.started, outcomes, strict=True)
+            ]
+            errors = self.ledger.complete_many(results)
+            for (i, s), (ticket, outcome, transition), error in zip(
+                wave.started, results, errors, strict=True
+            ):
+                states[i] = self._logged(s.claim, ticket, outcome, transition, error)
+        return [states[i] for i in range(len(wave.claims))]
+
+    def _settle_without_sending(self, claim: Claim, now: datetime) -> str | datetime | None:
+        """The recorded state of a claim that must not be sent, or else its window's close.
+
+        A replay has no delivery window: None.
+        """
+        item = claim.item
         closes_at = None if item.replayed_at is not None else self.policy.closes_at(item.period)
         closed = closes_at is not None and now >= closes_at
         if item.dedupe_until is not None and (
@@ -73,13 +179,11 @@ class Deliverer:
             # A resend that only the provider's deduplication made safe, and that guarantee
             # (or the delivery window) has run out: back to `unknown`, never a blind send.
             return self._record(
-                claim, None, None, self._move(claim, S.UNKNOWN, now, detail="dedupe_window_passed")
+                claim, self._move(claim, S.UNKNOWN, now, detail="dedupe_window_passed")
             )
         if closed:
             return self._record(
                 claim,
-                None,
-                None,
                 self._move(
                     claim,
                     S.DEAD_LETTERED,
@@ -89,14 +193,8 @@ class Deliverer:
                 ),
             )
         if item.attempts and (confirmed := self._confirmed_attempt(claim)) is not None:
-            return self._record(claim, None, None, confirmed)
-        try:
-            ticket = self.ledger.start_attempt(claim, now)
-        except LostRace as e:
-            return self._release(claim, e)
-        outcome = self._send(claim)
-        transition = self._next(claim, outcome, ticket.started_at, closes_at)
-        return self._record(claim, ticket, outcome, transition)
+            return self._record(claim, confirmed)
+        return closes_at
 
     def _move(
         self, claim: Claim, target: DeliveryState, now: datetime, **fields: Any
@@ -117,7 +215,7 @@ class Deliverer:
             audit=AuditNote(RECONCILE_ACTOR, "reconcile", "evidence:ledger_attempt"),
         )
 
-    def _release(self, claim: Claim, lost: LostRace) -> str:
+    def _release(self, claim: Claim, lost: DigestError) -> str:
         """A claim whose lease ran out before its attempt started goes back to the queue."""
         now = self.clock.now()
         current = self.ledger.get(claim.key)
@@ -147,17 +245,17 @@ class Deliverer:
             else:
                 log_event("released", key=claim.key, reason="lease_expired_before_attempt")
                 return S.RETRY_SCHEDULED.value
+        if not isinstance(lost, LostRace):
+            raise lost
         log_event("lost_race", logging.WARNING, key=claim.key, step="start", why=lost)
-        return "lost_race"
+        return LOST_RACE
 
-    def _send(self, claim: Claim) -> SendOutcome:
-        recipient = self.ledger.recipient(claim.key)
+    def _send(self, started: _Started) -> SendOutcome:
+        claim, recipient = started.claim, started.recipient
         if recipient is None:
             return SendOutcome.failed(FailureClass.PERMANENT, "no_recipient_in_snapshot")
         try:
-            message = self.composer.compose(
-                claim.item, recipient, self.ledger.digest_rows(claim.key)
-            )
+            message = self.composer.compose(claim.item, recipient, started.rows)
         except RenderError:
             return SendOutcome.failed(FailureClass.PERMANENT, "render_error")
         except Exception as e:
@@ -218,23 +316,33 @@ class Deliverer:
                 return move(S.UNKNOWN, **failure)
         raise AssertionError(f"unhandled decision {decision!r}")
 
-    def _record(
+    def _record(self, claim: Claim, transition: Transition) -> str:
+        """Applies a transition that closes no attempt."""
+        try:
+            self.ledger.apply(transition)
+        except LostRace as e:
+            return self._logged(claim, None, None, transition, e)
+        return self._logged(claim, None, None, transition, None)
+
+    def _logged(
         self,
         claim: Claim,
         ticket: AttemptTicket | None,
         outcome: SendOutcome | None,
         transition: Transition,
+        error: DigestError | None,
     ) -> str:
-        try:
-            if ticket is None or outcome is None:
-                self.ledger.apply(transition)
-            else:
-                self.ledger.complete(ticket, outcome, transition)
-        except LostRace as e:
-            log_event("lost_race", logging.WARNING, key=claim.key, step="record", why=e)
-            return "lost_race"
+        if error is not None:
+            if not isinstance(error, LostRace):
+                raise error
+            log_event("lost_race", logging.WARNING, key=claim.key, step="record", why=error)
+            return LOST_RACE
+        # A plain `sent` is the common case: per item only at DEBUG, so a week of 100,000
+        # sends does not become 100,000 rows in Dagster's event log; everything else is INFO.
+        routine = transition.target is S.SENT and (outcome is None or not outcome.duplicate)
         log_event(
             "attempt_recorded",
+            logging.DEBUG if routine else logging.INFO,
             key=claim.key,
             state=transition.target.value,
             outcome=outcome.label if outcome else None,
@@ -243,6 +351,11 @@ class Deliverer:
             duplicate=True if outcome is not None and outcome.duplicate else None,
         )
         return transition.target.value
+
+
+def _waves(claims: list[Claim], size: int) -> list[list[Claim]]:
+    it = iter(claims)
+    return list(iter(lambda: list(islice(it, size)), []))
 
 
 def deliver_due(
@@ -261,6 +374,11 @@ def deliver_due(
     if batch_size < 1 or concurrency < 1:
         raise ValueError("batch_size and concurrency must be at least 1")
     report = DeliveryReport()
+    # Two half-size waves overlap: one wave's outcomes and the next one's attempts are
+    # recorded while the other wave's sends are in flight, so the pool stays busy; together
+    # they never hold more than `concurrency` open attempts.
+    depth = 2 if concurrency >= 2 else 1
+    wave_size = concurrency // depth
     with ThreadPoolExecutor(max_workers=concurrency) as pool:
         while should_continue():
             room = batch_size if max_items is None else min(batch_size, max_items - report.claimed)
@@ -272,9 +390,19 @@ def deliver_due(
             if not claims:
                 break
             report.claimed += len(claims)
-            for state in pool.map(deliverer.deliver_one, claims):
-                if state == "lost_race":
-                    report.lost_races += 1
-                    continue
-                report.outcomes[state] += 1
+            in_flight: deque[Wave] = deque()
+            for wave in _waves(claims, wave_size):
+                if len(in_flight) == depth:
+                    report.count(deliverer.finish(in_flight.popleft()))
+                in_flight.append(deliverer.launch(wave, pool))
+            while in_flight:
+                report.count(deliverer.finish(in_flight.popleft()))
+    if report.claimed:
+        log_event(
+            "delivered",
+            owner=deliverer.owner,
+            claimed=report.claimed,
+            lost_races=report.lost_races,
+            **dict(sorted(report.outcomes.items())),
+        )
     return report

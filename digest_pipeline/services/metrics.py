@@ -6,7 +6,7 @@ process saw.
 
 from collections import Counter
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from digest_pipeline.domain.failures import FailureClass
 from digest_pipeline.domain.periods import Period
@@ -64,26 +64,27 @@ class PeriodMetrics:
         return flat
 
 
-def _seconds(deltas: list[timedelta]) -> list[float]:
-    return [d.total_seconds() for d in deltas]
-
-
 def period_metrics(ledger: Ledger, period: Period, now: datetime) -> PeriodMetrics:
     """Computes the period's metrics from the ledger."""
     snapshot = ledger.snapshot(period)
-    items = ledger.items(period)
     outcomes = ledger.attempt_outcome_counts(period)
     finished = sum(n for k, n in outcomes.items() if k not in ("open", "duplicate"))
     retry_rate = {
         fc.value: (outcomes.get(fc.value, 0) / finished if finished else 0.0) for fc in FailureClass
     }
-    claim_delays = _seconds(
-        [i.first_claimed_at - i.created_at for i in items if i.first_claimed_at is not None]
-    )
-    waiting = [i.created_at for i in items if i.state in CLAIMABLE or i.state is S.CLAIMED]
-    lags = _seconds(
-        [i.cleaned_at - i.sent_at for i in items if i.cleaned_at is not None and i.sent_at]
-    )
+    # One pass over the items, a page at a time: only the numbers stay in memory.
+    claim_delays: list[float] = []
+    lags: list[float] = []
+    oldest_waiting: datetime | None = None
+    for i in ledger.iter_items(period):
+        if i.first_claimed_at is not None:
+            claim_delays.append((i.first_claimed_at - i.created_at).total_seconds())
+        if i.cleaned_at is not None and i.sent_at is not None:
+            lags.append((i.cleaned_at - i.sent_at).total_seconds())
+        if (i.state in CLAIMABLE or i.state is S.CLAIMED) and (
+            oldest_waiting is None or i.created_at < oldest_waiting
+        ):
+            oldest_waiting = i.created_at
     [double_sends] = [
         r.violations
         for r in ledger.check_invariants(period, now, names={"at_most_one_send_per_key"})
@@ -96,7 +97,7 @@ def period_metrics(ledger: Ledger, period: Period, now: datetime) -> PeriodMetri
         retry_rate=retry_rate,
         enqueue_to_claim_p50_s=percentile(claim_delays, 50),
         enqueue_to_claim_p95_s=percentile(claim_delays, 95),
-        oldest_pending_age_s=(now - min(waiting)).total_seconds() if waiting else None,
+        oldest_pending_age_s=(now - oldest_waiting).total_seconds() if oldest_waiting else None,
         duplicates_suppressed=outcomes.get("duplicate", 0),
         duplicate_sends=double_sends,
         cleanup_lag_p50_s=percentile(lags, 50),

@@ -474,6 +474,12 @@ def test_sweep_reconciles_delivers_and_cleans_and_reports_it(mixed):
     assert "open periods: none" in again.out
 
 
+def test_debug_level_logs_every_item_with_its_operation_key(mixed):
+    loud = mixed.cli("sweep", env={"DIGEST_LOG_LEVEL": "debug"})
+    assert loud.code == 0
+    assert f"DEBUG event=cleanup key={k(1)} status=cleaned rows=2" in loud.err.splitlines()
+
+
 def test_log_lines_go_to_stderr_at_digest_log_level_and_the_handler_is_removed(mixed):
     logger = logging.getLogger("digest_pipeline")
     handlers, level = list(logger.handlers), logger.level
@@ -483,7 +489,9 @@ def test_log_lines_go_to_stderr_at_digest_log_level_and_the_handler_is_removed(m
     assert loud.code == 0
     lines = loud.err.splitlines()
     assert "INFO event=sweep periods=1 requeued=0 unknown=0 claimed=0" in lines
-    assert f"INFO event=cleanup key={k(1)} status=cleaned rows=2" in lines
+    # per item only at DEBUG (a routine cleanup is not worth an event-log row), a summary at INFO
+    assert any(line.startswith(f"INFO event=cleaned period={P} cleaned=") for line in lines)
+    assert not any("event=cleanup " in line for line in lines)
     assert all(line.startswith("INFO event=") for line in lines)
     assert (logger.handlers, logger.level) == (handlers, level)
 

@@ -674,7 +674,9 @@ def test_resend_of_an_unknown_that_runs_out_of_bounds_is_dead_lettered_unresolve
     deliverer = make_deliverer(ledger, mailer, clock, policy=policy)
     deliver_all(deliverer)
     reconcile_period(ledger, mailer, clock, policy, W42)
-    assert ledger.get(key_of(1)).dedupe_until is not None
+    resend = ledger.get(key_of(1))
+    assert resend is not None
+    assert resend.dedupe_until is not None
 
     for _ in range(3):
         deliver_all(deliverer)

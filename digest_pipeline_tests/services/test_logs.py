@@ -38,7 +38,9 @@ from digest_pipeline_tests.fakes import (
 
 COUNT = 40
 #: events about a whole period or run; every other event is about one item
-PERIOD_EVENTS = frozenset({"snapshot_frozen", "snapshot_reused", "enqueued", "sweep"})
+PERIOD_EVENTS = frozenset(
+    {"snapshot_frozen", "snapshot_reused", "enqueued", "sweep", "delivered", "cleaned"}
+)
 INVALID = Customer("bad id", "invalid.id.owner@mailbox.example", True, True)
 
 

@@ -19,6 +19,7 @@ from digest_pipeline.domain.model import (
 )
 from digest_pipeline.domain.periods import OperationKey, Period
 from digest_pipeline.domain.states import DeliveryState
+from digest_pipeline.ports import Ledger
 from digest_pipeline.services import cleanup
 from digest_pipeline.sim.grid import run_grid
 from digest_pipeline_tests.sim.conftest import N, config, row_of, simulate
@@ -38,6 +39,9 @@ class CountingLedger(SqlLedger):
 class CleanupBeforeSentLedger(SqlLedger):
     """Test-only and broken: cleanup claims its row and removes the content whatever the item's
     state (the real one requires `sent` and the token, in the same transaction)."""
+
+    # the port's default: one `clean` per item, so the broken `clean` below is what runs
+    clean_many = Ledger.clean_many
 
     def clean(self, key: OperationKey, token: int, mode: CleanupMode, now: datetime):
         k = str(key)

@@ -1,0 +1,203 @@
+"""The batch forms of the ledger (one transaction per wave or page), over every ledger.
+
+Each batch call must mean exactly what the single calls in a loop mean: the same tickets,
+the same states, the same errors for the items that cannot move, in the caller's order.
+"""
+
+from dataclasses import replace
+from datetime import timedelta
+
+import pytest
+
+from digest_pipeline.domain.errors import LostRace, UnknownWorkItem
+from digest_pipeline.domain.failures import FailureClass, SendOutcome
+from digest_pipeline.domain.model import (
+    AttemptTicket,
+    AuditNote,
+    CleanupMode,
+    CleanupReceipt,
+    DigestRow,
+    Transition,
+)
+from digest_pipeline.domain.states import DeliveryState as S
+from digest_pipeline_tests.conftest import T0, W42
+from digest_pipeline_tests.contract.test_ledger_contract import LEASE, W43, frozen, key
+
+
+def test_start_attempts_gives_tickets_in_order_and_errors_for_what_cannot_start(ledger):
+    a, b, c = frozen(ledger, 3)
+    claims = {cl.key: cl for cl in ledger.claim_due(T0, "w1", LEASE, 10)}
+    ledger.recover_expired_leases(T0 + LEASE)  # every lease ran out ...
+    fresh = {cl.key: cl for cl in ledger.claim_due(T0 + LEASE, "w2", LEASE, 10, W42)}
+    # a claim of a key the ledger has never seen
+    ghost = replace(claims[a], item=replace(claims[a].item, key=key("customer-404")))
+
+    now = T0 + LEASE + timedelta(seconds=1)
+    started = ledger.start_attempts([fresh[b], claims[a], ghost, fresh[c]], now)
+
+    assert [type(s) for s in started] == [AttemptTicket, LostRace, UnknownWorkItem, AttemptTicket]
+    first, _, _, last = started
+    assert isinstance(first, AttemptTicket)
+    assert isinstance(last, AttemptTicket)
+    assert (first.key, first.number, first.token) == (b, 1, fresh[b].token)
+    assert (last.key, last.number, last.token) == (c, 1, fresh[c].token)
+    assert [x.number for x in ledger.attempts(b)] == [1]
+    assert ledger.attempts(a) == []  # the stale claim started nothing
+
+
+def test_complete_many_after_the_sweep_took_every_lease_closes_every_attempt(ledger):
+    a, b, c = frozen(ledger, 3)
+    claims = {cl.key: cl for cl in ledger.claim_due(T0, "w1", LEASE, 10)}
+    tickets = ledger.start_attempts([claims[k] for k in (a, b, c)], T0)
+    ledger.recover_expired_leases(T0 + LEASE)  # the outcomes came back too late
+    outcomes = [
+        SendOutcome.sent("pm-a"),
+        SendOutcome.failed(FailureClass.TRANSIENT, "451"),
+        SendOutcome.failed(FailureClass.PERMANENT, "550"),
+    ]
+    targets = [S.SENT, S.RETRY_SCHEDULED, S.FAILED]
+    results = []
+    for k, t, o, target in zip((a, b, c), tickets, outcomes, targets, strict=True):
+        assert isinstance(t, AttemptTicket)
+        results.append((t, o, Transition(k, S.CLAIMED, claims[k].token, target, T0 + LEASE)))
+
+    errors = ledger.complete_many(results)
+
+    assert all(isinstance(e, LostRace) for e in errors)
+    assert {i.state for i in ledger.items(W42)} == {S.UNKNOWN}
+    # every attempt is closed with its outcome anyway: evidence for reconciliation
+    assert [ledger.attempts(k)[-1].outcome for k in (a, b, c)] == [
+        "sent",
+        "transient",
+        "permanent",
+    ]
+
+
+def test_complete_many_mixes_applied_and_lost_transitions_in_order(ledger):
+    a, b, c = frozen(ledger, 3)
+    claims = {cl.key: cl for cl in ledger.claim_due(T0, "w1", LEASE, 10)}
+    ta, tb, tc = ledger.start_attempts([claims[a], claims[b], claims[c]], T0)
+    assert isinstance(ta, AttemptTicket)
+    assert isinstance(tb, AttemptTicket)
+    assert isinstance(tc, AttemptTicket)
+    later = T0 + timedelta(seconds=5)
+    stale = claims[b].token + 1  # b's outcome carries a token the item never had
+
+    errors = ledger.complete_many(
+        [
+            (
+                ta,
+                SendOutcome.sent("pm-a"),
+                Transition(
+                    a, S.CLAIMED, claims[a].token, S.SENT, later, provider_message_id="pm-a"
+                ),
+            ),
+            (tb, SendOutcome.sent("pm-b"), Transition(b, S.CLAIMED, stale, S.SENT, later)),
+            (
+                tc,
+                SendOutcome.failed(FailureClass.THROTTLED, "429"),
+                Transition(
+                    c,
+                    S.CLAIMED,
+                    claims[c].token,
+                    S.DEAD_LETTERED,
+                    later,
+                    failure_class=FailureClass.THROTTLED,
+                    refund_budget=True,
+                    dead_letter_reason="max_age",
+                    audit=AuditNote("system:test", "deliver", "max_age"),
+                ),
+            ),
+        ]
+    )
+
+    assert [type(e) for e in errors] == [type(None), LostRace, type(None)]
+    items = {i.key: i for i in ledger.items(W42)}
+    assert (items[a].state, items[a].provider_message_id, items[a].sent_at) == (
+        S.SENT,
+        "pm-a",
+        later,
+    )
+    assert items[b].state is S.CLAIMED  # untouched
+    assert ledger.attempts(b)[-1].outcome == "sent"  # but its attempt is closed: evidence
+    assert (items[c].state, items[c].budget_used) == (S.DEAD_LETTERED, 0)  # refunded
+    [dead] = ledger.dead_letters(W42)
+    assert (dead.key, dead.reason, dead.attempts, dead.last_failure_class) == (
+        c,
+        "max_age",
+        1,
+        FailureClass.THROTTLED,
+    )
+    assert [(e.key, e.action, e.reason) for e in ledger.audit_log(W42)] == [
+        (c, "deliver", "max_age")
+    ]
+
+
+def sent_items(ledger, n: int):
+    keys = frozen(ledger, n)
+    claims = {cl.key: cl for cl in ledger.claim_due(T0, "w1", LEASE, 100)}
+    tickets = ledger.start_attempts([claims[k] for k in keys], T0)
+    ledger.complete_many(
+        [
+            (t, SendOutcome.sent(f"pm-{i}"), Transition(k, S.CLAIMED, claims[k].token, S.SENT, T0))
+            for i, (k, t) in enumerate(zip(keys, tickets, strict=True))
+        ]
+    )
+    for i, k in enumerate(keys):
+        ledger.add_digest_rows([DigestRow(k, p, {"title": f"t{i}{p}"}) for p in range(i + 1)])
+    return keys, claims
+
+
+@pytest.mark.parametrize("mode", list(CleanupMode))
+def test_clean_many_cleans_sent_items_once_and_refuses_the_rest_without_change(ledger, mode):
+    (a, b, c), claims = sent_items(ledger, 3)
+    ledger.clean(a, claims[a].token, mode, T0)  # a was cleaned by an earlier run
+    d = frozen(ledger, 1, W43)[0]  # d is pending: not sent
+
+    out = ledger.clean_many(
+        [
+            (a, claims[a].token),
+            (b, claims[b].token),
+            (c, claims[c].token + 7),
+            (d, 0),
+            (key("customer-404"), 1),
+        ],
+        mode,
+        T0 + timedelta(minutes=1),
+    )
+
+    assert out[0] == CleanupReceipt(a, "already_cleaned", 0)
+    assert out[1] == CleanupReceipt(b, "cleaned", 2)  # b had two rows
+    assert [type(x) for x in out[2:]] == [LostRace, LostRace, UnknownWorkItem]
+    states = {i.key: i.state for i in ledger.items(W42)}
+    assert states == {a: S.CLEANED, b: S.CLEANED, c: S.SENT}
+    assert ledger.digest_rows(b) == []
+    assert len(ledger.digest_rows(c)) == 3  # refused: its rows stay
+    assert {i.key: i.state for i in ledger.items(W43)} == {d: S.PENDING}
+    assert ledger.keys_with_rows(W42) == {c}
+    assert all(r.passed for r in ledger.check_invariants(W42, T0 + timedelta(minutes=1)))
+
+
+def test_recipients_and_rows_of_many_keys(ledger):
+    (a, b, c), _ = sent_items(ledger, 3)
+    missing = key("customer-404")
+
+    assert ledger.recipients([a, b, missing]) == {
+        a: ledger.recipient(a),
+        b: ledger.recipient(b),
+    }
+    rows = ledger.digest_rows_of([c, a, missing])
+    assert rows == {c: ledger.digest_rows(c), a: ledger.digest_rows(a), missing: []}
+    assert [r.position for r in rows[c]] == [0, 1, 2]
+
+
+@pytest.mark.parametrize("page", [1, 2, 7, 1_000])
+def test_iter_items_yields_every_item_once_whatever_the_page(ledger, page):
+    keys = frozen(ledger, 7)
+    claims = ledger.claim_due(T0, "w1", LEASE, 3)
+
+    streamed = list(ledger.iter_items(W42, page=page))
+    claimed = list(ledger.iter_items(W42, [S.CLAIMED], page=page))
+
+    assert sorted(str(i.key) for i in streamed) == sorted(str(k) for k in keys)
+    assert sorted(str(i.key) for i in claimed) == sorted(str(c.key) for c in claims)
