@@ -60,24 +60,41 @@ def pick_products(
         period: the week the digest covers; it defines what counts as a new arrival.
         limit: the most products to return.
     """
-    if limit < 0:
-        raise ValueError(f"limit must not be negative, got {limit}")
-    owned = {o.product_id for o in bought}
-    categories = {products[pid].category for pid in owned if pid in products}
-    candidates = sorted(
-        (p for p in products.values() if p.product_id not in owned), key=lambda p: p.product_id
-    )
-    ranked = sorted(candidates, key=lambda p: (-popularity.get(p.product_id, 0), p.product_id))
-    in_category = [
-        p for p in ranked if p.category in categories and popularity.get(p.product_id, 0) > 0
-    ]
-    # `candidates` is in id order and a reverse sort is stable, so equal times stay in id order.
-    arrivals = sorted(
-        (p for p in candidates if period.starts_at <= p.created_at < period.ends_at),
-        key=lambda p: p.created_at,
-        reverse=True,
-    )
-    return _first_unique((in_category, arrivals, ranked), limit)
+    return PickPlan(products, popularity, period).picks(bought, limit)
+
+
+class PickPlan:
+    """`pick_products` with the work that does not depend on the customer done once.
+
+    The catalogue is ranked once per period; each customer then only filters those rankings by
+    what they own, and stops as soon as `limit` picks are found.
+    """
+
+    def __init__(
+        self, products: Mapping[str, Product], popularity: Mapping[str, int], period: Period
+    ) -> None:
+        by_id = sorted(products.values(), key=lambda p: p.product_id)
+        self._products = products
+        self._ranked = sorted(by_id, key=lambda p: (-popularity.get(p.product_id, 0), p.product_id))
+        self._sold = {pid for pid, n in popularity.items() if n > 0}
+        starts, ends = period.starts_at, period.ends_at
+        # `by_id` is in id order and a reverse sort is stable, so equal times stay in id order.
+        self._arrivals = sorted(
+            (p for p in by_id if starts <= p.created_at < ends),
+            key=lambda p: p.created_at,
+            reverse=True,
+        )
+
+    def picks(self, bought: Sequence[Order], limit: int = 4) -> list[Product]:
+        """Up to `limit` products for one customer, best first (see `pick_products`)."""
+        if limit < 0:
+            raise ValueError(f"limit must not be negative, got {limit}")
+        owned = {o.product_id for o in bought}
+        categories = {self._products[pid].category for pid in owned if pid in self._products}
+        fresh = [p for p in self._ranked if p.product_id not in owned]
+        in_category = (p for p in fresh if p.category in categories and p.product_id in self._sold)
+        arrivals = (p for p in self._arrivals if p.product_id not in owned)
+        return _first_unique((in_category, arrivals, fresh), limit)
 
 
 def _first_unique(tiers: Iterable[Iterable[Product]], limit: int) -> list[Product]:

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import timedelta
 
-from digest_pipeline.domain.catalogue import Order, digest_rows_for, pick_products
+from digest_pipeline.domain.catalogue import Order, PickPlan, digest_rows_for
 from digest_pipeline.domain.errors import SnapshotMissing
 from digest_pipeline.domain.model import DigestRow
 from digest_pipeline.domain.periods import OperationKey, Period
@@ -75,11 +75,11 @@ def generate_content(
 
     empty: list[OperationKey] = []
 
+    plan = PickPlan(products, popularity, period)
+
     def rows() -> Iterator[DigestRow]:
         for key in needed:
-            picks = pick_products(
-                bought.get(key.customer_id, []), products, popularity, period, picks_per_customer
-            )
+            picks = plan.picks(bought.get(key.customer_id, []), picks_per_customer)
             if not picks:
                 empty.append(key)
             yield from digest_rows_for(key, picks)
