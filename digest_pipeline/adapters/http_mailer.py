@@ -29,7 +29,7 @@ from typing import Any
 
 import httpx
 
-from digest_pipeline.adapters.mime import to_bytes
+from digest_pipeline.adapters.mime import check_message
 from digest_pipeline.domain.errors import RenderError
 from digest_pipeline.domain.failures import FailureClass, SendOutcome
 from digest_pipeline.domain.model import MailerCapabilities, Message
@@ -89,7 +89,9 @@ class HttpProviderMailer(Mailer):
             _event("idempotency_key_mismatch", logging.ERROR, key=key)
             return SendOutcome.failed(F.PERMANENT, "http:idempotency_key_mismatch")
         try:
-            to_bytes(message)  # the header rules every mailer applies (no CR/LF injection)
+            # The header rules every mailer applies. No full serialisation: the provider builds
+            # the MIME message from the JSON fields and validates the addresses itself (a 422).
+            check_message(message)
         except RenderError:
             return SendOutcome.failed(F.PERMANENT, "render_error")
         try:

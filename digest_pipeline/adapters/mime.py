@@ -1,10 +1,12 @@
 """A rendered `Message` as an RFC 5322 message: multipart/alternative, text first, then HTML.
 
-Every mailer sends these bytes (the outbox stores them, SMTP transmits them, the HTTP provider
-gets the same headers), so the headers a receiver uses to detect duplicates are the same
-everywhere. Header values holding CR or LF are refused: that is header injection.
+Every mailer sends these bytes or these headers (the outbox stores them, SMTP transmits them, the
+HTTP provider gets the same headers), so the headers a receiver uses to detect duplicates are the
+same everywhere. `check_message` is the cheap gate every path applies: no header value holds a
+line break (header injection) and nothing holds text UTF-8 cannot encode.
 """
 
+import re
 from email.message import EmailMessage
 from email.policy import SMTP
 
@@ -15,21 +17,55 @@ from digest_pipeline.domain.model import Message
 # List-Unsubscribe URL into an encoded word that receivers' one-click unsubscribe cannot use.
 WIRE = SMTP.clone(max_line_length=998)
 
+# Exactly the boundaries `str.splitlines()` knows: `email.policy` refuses a header value holding
+# one of them, and a receiver may read CR or LF as the start of a new header.
+_LINE_BREAK = re.compile("[\r\n\v\f\x1c\x1d\x1e\x85\u2028\u2029]")
+# RFC 5322 §2.2: a field name is printable US-ASCII except ':'.
+_FIELD_NAME = re.compile(r"[!-9;-~]+")
 
-def _header(value: str, name: str, message: Message) -> str:
-    if "\r" in value or "\n" in value:
-        raise RenderError(f"{message.key}: header {name} holds a line break")
-    return value
+
+def _encodable(text: str) -> bool:
+    # A lone surrogate (from a badly decoded source) fails both the wire form and httpx's JSON.
+    if text.isascii():
+        return True
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def check_message(message: Message) -> None:
+    """Raises RenderError for a header or part no mailer may send; a few µs a message.
+
+    It names the header, never its value, which may hold an address or customer content.
+    """
+    fields = (
+        ("From", message.sender),
+        ("To", message.recipient),
+        ("Subject", message.subject),
+        *message.headers,
+    )
+    for name, value in fields:
+        if not _FIELD_NAME.fullmatch(name):
+            raise RenderError(f"{message.key}: a header name is not printable ASCII")
+        if _LINE_BREAK.search(value):
+            raise RenderError(f"{message.key}: header {name} holds a line break")
+        if not _encodable(value):
+            raise RenderError(f"{message.key}: header {name} is not valid Unicode")
+    if not all(_encodable(part) for part in (message.text, message.html or "")):
+        raise RenderError(f"{message.key}: the body is not valid Unicode")
 
 
 def build_mime(message: Message) -> EmailMessage:
     """The message with From/To/Subject, the composer's headers, and both parts."""
+    check_message(message)
     mime = EmailMessage(policy=WIRE)
-    mime["From"] = _header(message.sender, "From", message)
-    mime["To"] = _header(message.recipient, "To", message)
-    mime["Subject"] = _header(message.subject, "Subject", message)
+    mime["From"] = message.sender
+    mime["To"] = message.recipient
+    mime["Subject"] = message.subject
     for name, value in message.headers:
-        mime[name] = _header(value, name, message)
+        mime[name] = value
     mime.set_content(message.text, subtype="plain", charset="utf-8")
     if message.html is not None:
         mime.add_alternative(message.html, subtype="html", charset="utf-8")
@@ -37,11 +73,19 @@ def build_mime(message: Message) -> EmailMessage:
 
 
 def to_bytes(message: Message) -> bytes:
-    """The wire form (CRLF line endings, as SMTP and Maildir readers expect)."""
+    """The wire form (CRLF line endings, as SMTP and Maildir readers expect).
+
+    Raises RenderError, and nothing else, for a message that cannot be serialised.
+    """
     try:
         return build_mime(message).as_bytes()
-    except (ValueError, TypeError) as e:
-        # the email package refuses malformed addresses and header values this way
+    except RenderError:
+        raise
+    except Exception as e:
+        # Besides ValueError, CPython 3.11's header parser crashes on some malformed addresses
+        # with IndexError, AttributeError, TypeError, UnboundLocalError or RecursionError (a
+        # sender of "^@" or "x@[", say). Nothing has left when this runs, so a mailer must be
+        # able to call it a permanent render error; an exception would read as `unknown`.
         raise RenderError(
             f"{message.key}: message cannot be serialised ({type(e).__name__})"
         ) from e

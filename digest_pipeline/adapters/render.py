@@ -10,9 +10,8 @@ import hmac
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal, InvalidOperation
-from email.errors import HeaderParseError
 from email.headerregistry import Address
 from email.utils import format_datetime
 from typing import Any
@@ -20,10 +19,10 @@ from urllib.parse import quote, urlsplit
 
 import jinja2
 
-from digest_pipeline.adapters.mime import to_bytes
+from digest_pipeline.adapters.mime import check_message, to_bytes
 from digest_pipeline.domain.errors import RenderError
 from digest_pipeline.domain.model import DigestRow, Message, WorkItem, message_id_for
-from digest_pipeline.domain.periods import OperationKey
+from digest_pipeline.domain.periods import FIRST_PERIOD, OperationKey
 from digest_pipeline.ports import Clock, Composer
 
 # \s covers CR, LF and the Unicode line separators; the range covers every other C0/C1 control.
@@ -32,6 +31,8 @@ _CURRENCY = re.compile(r"[A-Z]{3}")
 _SYMBOLS = {"EUR": "€", "USD": "$", "GBP": "£"}
 _SUBJECT_MAX = 150
 _TEMPLATES = ("subject.txt.j2", "preheader.txt.j2", "digest.txt.j2", "digest.html.j2")
+#: the longest customer id there can be (periods.validate_customer_id), for the settings probe
+_PROBE_KEY = OperationKey(FIRST_PERIOD, "x" * 128)
 
 
 def unsubscribe_token(secret: str, customer_id: str) -> str:
@@ -51,9 +52,21 @@ def _is_single_address(recipient: str) -> bool:
         return False
     try:
         address = Address(addr_spec=recipient)
-    except (ValueError, IndexError, HeaderParseError):
+    except Exception:
+        # Not only ValueError and HeaderParseError: CPython 3.11's parser crashes on `x@[` with
+        # AttributeError and on deeply nested comments with RecursionError.
         return False
     return bool(address.username and address.domain) and address.addr_spec == recipient
+
+
+def _headers(key: OperationKey, unsubscribe: str, now: datetime) -> tuple[tuple[str, str], ...]:
+    return (
+        ("Message-ID", message_id_for(key)),
+        ("X-Digest-Operation-Key", str(key)),
+        ("List-Unsubscribe", f"<{unsubscribe}>"),
+        ("List-Unsubscribe-Post", "List-Unsubscribe=One-Click"),
+        ("Date", format_datetime(now)),
+    )
 
 
 @dataclass(frozen=True)
@@ -130,9 +143,12 @@ class Jinja2Composer(Composer):
         self._secret = unsubscribe_secret
         self._clock = clock
         self._shop_name = shop_name
+        self._settings_refused = self._probe_settings()
 
     def compose(self, item: WorkItem, recipient: str, rows: Sequence[DigestRow]) -> Message:
         key = item.key
+        if self._settings_refused:
+            raise RenderError(f"{key}: {self._settings_refused}")
         if not _is_single_address(recipient):
             raise RenderError(f"{key}: recipient is not a single address")
         if not rows:
@@ -142,10 +158,7 @@ class Jinja2Composer(Composer):
             raise RenderError(f"{key}: the clock is not timezone-aware UTC")
         ordered = sorted(rows, key=lambda r: r.position)
         names = [r.payload.get("customer_name") for r in ordered]
-        unsubscribe = self._unsubscribe_url.format(
-            customer_id=quote(item.customer_id, safe=""),
-            token=unsubscribe_token(self._secret, item.customer_id),
-        )
+        unsubscribe = self._unsubscribe(key.customer_id)
         context: dict[str, Any] = {
             "picks": [_pick(key, row) for row in ordered],
             "customer_name": next((_one_line(str(n)) for n in names if n), ""),
@@ -167,17 +180,36 @@ class Jinja2Composer(Composer):
             subject=subject,
             text=text,
             html=html,
-            headers=(
-                ("Message-ID", message_id_for(key)),
-                ("X-Digest-Operation-Key", str(key)),
-                ("List-Unsubscribe", f"<{unsubscribe}>"),
-                ("List-Unsubscribe-Post", "List-Unsubscribe=One-Click"),
-                ("Date", format_datetime(now)),
-            ),
+            headers=_headers(key, unsubscribe, now),
         )
-        # Whatever the email package would refuse at send time fails here, as a RenderError.
-        to_bytes(message)
+        # Only the cheap checks: serialising here cost about 1.2 ms, eight times the rendering,
+        # and every mailer that serialises does so anyway, before anything leaves, turning a
+        # refusal into a permanent `render_error`.
+        check_message(message)
         return message
 
     def _render(self, name: str, context: dict[str, Any]) -> str:
         return self._templates[name].render(context)
+
+    def _unsubscribe(self, customer_id: str) -> str:
+        return self._unsubscribe_url.format(
+            customer_id=quote(customer_id, safe=""),
+            token=unsubscribe_token(self._secret, customer_id),
+        )
+
+    def _probe_settings(self) -> str | None:
+        """Why the email package refuses the sender or the unsubscribe link, if it does.
+
+        They are the same for every item, and the other per-item header parts (customer id,
+        token, Message-ID digest, date) come from fixed alphabets, so one serialisation at the
+        longest customer id answers for every message; To and Subject are checked per item.
+        """
+        unsubscribe = self._unsubscribe(_PROBE_KEY.customer_id)
+        headers = _headers(_PROBE_KEY, unsubscribe, datetime(2026, 1, 5, tzinfo=UTC))
+        probe = Message(_PROBE_KEY, "probe@example.invalid", self._sender, "p", "p", None, headers)
+        try:
+            to_bytes(probe)
+        except RenderError:
+            # Each item then fails as it did when compose serialised every message.
+            return "the sender or the unsubscribe link cannot be serialised"
+        return None

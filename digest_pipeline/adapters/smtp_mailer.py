@@ -143,11 +143,11 @@ class SmtpMailer(Mailer):
         return MailerCapabilities(idempotency_window=None, can_lookup=False)
 
     def send(self, message: Message, *, idempotency_key: str) -> SendOutcome:
-        try:
+        try:  # first: a refusal is `permanent`, not `unknown`, only because nothing has left
             payload = to_bytes(message)
-        except RenderError:
+        except RenderError as e:
             outcome = SendOutcome.failed(FailureClass.PERMANENT, "render_error")
-            return _logged(idempotency_key, "render", outcome)
+            return _logged(idempotency_key, "render", outcome, e.__cause__ or e)
         sender = parseaddr(message.sender)[1]
         if not (_plain_address(sender) and _plain_address(message.recipient)):
             outcome = SendOutcome.failed(FailureClass.PERMANENT, "smtp:bad_envelope_address")

@@ -1,19 +1,88 @@
-from digest_pipeline.adapters.mime import to_bytes
+import sys
+
+import pytest
+
+from digest_pipeline.adapters.mime import check_message, to_bytes
+from digest_pipeline.domain.errors import RenderError
 from digest_pipeline.domain.model import Message
 from digest_pipeline.domain.periods import OperationKey
 from digest_pipeline_tests.conftest import W42
 
 KEY = OperationKey(W42, "customer-0001")
 LONG_URL = "https://shop.example/unsubscribe/customer-0001?token=" + "e" * 64
+#: every character `str.splitlines()` breaks at: what `email.policy` refuses in a header value
+LINE_BREAKS = [c for c in map(chr, range(sys.maxunicode + 1)) if len(f"a{c}b".splitlines()) > 1]
+#: senders CPython 3.11's header parser crashes on with something other than a ValueError
+CRASHING_SENDERS = [
+    pytest.param("^@", id="IndexError"),
+    pytest.param("x@[", id="AttributeError"),
+    pytest.param("(" * 2000 + "digest@example.com", id="RecursionError"),
+]
+
+
+def message(**overrides: object) -> Message:
+    values: dict[str, object] = {
+        "key": KEY,
+        "recipient": "a@example.test",
+        "sender": "digest@example.com",
+        "subject": "Subject",
+        "text": "text",
+        "html": "<p>html</p>",
+        "headers": (("List-Unsubscribe", f"<{LONG_URL}>"),),
+    }
+    return Message(**(values | overrides))  # type: ignore[arg-type]
 
 
 def test_a_long_unsubscribe_url_stays_literal_on_the_wire():
-    message = Message(
-        KEY,
-        "a@example.test",
-        "digest@example.com",
-        "Subject",
-        "text",
-        headers=(("List-Unsubscribe", f"<{LONG_URL}>"),),
-    )
-    assert f"List-Unsubscribe: <{LONG_URL}>\r\n".encode() in to_bytes(message)
+    assert f"List-Unsubscribe: <{LONG_URL}>\r\n".encode() in to_bytes(message())
+
+
+@pytest.mark.parametrize("char", LINE_BREAKS, ids=[f"U+{ord(c):04X}" for c in LINE_BREAKS])
+@pytest.mark.parametrize("field", ["sender", "recipient", "subject", "headers"])
+def test_a_line_break_in_any_header_is_refused_by_the_check_and_by_serialisation(field, char):
+    value = f"x@example.test{char}Bcc: y@evil.test"
+    bad = message(headers=(("X-Note", value),)) if field == "headers" else message(**{field: value})
+
+    for refuse in (check_message, to_bytes):
+        with pytest.raises(RenderError, match="holds a line break") as raised:
+            refuse(bad)
+        assert "evil" not in str(raised.value)
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        message(subject="Tea \ud800"),
+        message(headers=(("X-Note", "\udfff"),)),
+        message(text="picks \ud800"),
+        message(html="<p>\udc80</p>"),
+    ],
+    ids=["subject", "header", "text", "html"],
+)
+def test_a_lone_surrogate_anywhere_is_refused(bad):
+    with pytest.raises(RenderError, match="not valid Unicode"):
+        check_message(bad)
+    with pytest.raises(RenderError):
+        to_bytes(bad)
+
+
+@pytest.mark.parametrize("name", ["X Note", "X-Note:", "X-Nöte", ""])
+def test_a_header_name_that_is_not_a_field_name_is_refused(name):
+    with pytest.raises(RenderError, match="header name"):
+        to_bytes(message(headers=((name, "v"),)))
+
+
+def test_non_ascii_headers_and_parts_pass():
+    unicode = message(subject="Grüße, €12.50, 中文", text="Grüße\n", html="<p>€</p>")
+    check_message(unicode)
+    assert b"Subject: =?utf-8?" in to_bytes(unicode)
+
+
+@pytest.mark.parametrize("sender", CRASHING_SENDERS)
+def test_a_parser_crash_is_a_render_error_naming_only_its_type(sender):
+    bad = message(sender=sender)
+    check_message(bad)  # nothing a cheap check can see: only serialisation finds it
+
+    with pytest.raises(RenderError, match=r"cannot be serialised \(\w+Error\)") as raised:
+        to_bytes(bad)
+    assert "example.com" not in str(raised.value)

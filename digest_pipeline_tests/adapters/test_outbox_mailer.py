@@ -2,6 +2,8 @@ import email
 import email.policy
 import threading
 
+import pytest
+
 from digest_pipeline.adapters.outbox_mailer import OutboxMailer, file_name
 from digest_pipeline.domain.failures import FailureClass
 from digest_pipeline.domain.model import LookupStatus, Message, message_id_for
@@ -11,11 +13,13 @@ from digest_pipeline_tests.conftest import W42
 KEY = OperationKey(W42, "customer-1842")
 
 
-def message(key: OperationKey = KEY, subject: str = "Your picks") -> Message:
+def message(
+    key: OperationKey = KEY, subject: str = "Your picks", sender: str = "digest@example.com"
+) -> Message:
     return Message(
         key=key,
         recipient="shopper@example.test",
-        sender="digest@example.com",
+        sender=sender,
         subject=subject,
         text="picks\n",
         html="<p>picks</p>",
@@ -90,3 +94,22 @@ def test_a_header_injection_attempt_is_a_permanent_failure(tmp_path):
     outcome = outbox.send(message(subject="hi\r\nBcc: x@evil.example"), idempotency_key=str(KEY))
     assert (outcome.failure_class, outcome.detail) == (FailureClass.PERMANENT, "render_error")
     assert outbox.stored() == []
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        # the email package's parser crashes on these senders (IndexError, AttributeError)
+        pytest.param(message(sender="^@"), id="parser-index-error"),
+        pytest.param(message(sender="x@["), id="parser-attribute-error"),
+        pytest.param(message(subject="hi\u2028Bcc: x@evil.example"), id="unicode-line-break"),
+    ],
+)
+def test_a_message_serialisation_refuses_is_permanent_and_nothing_is_written(tmp_path, bad):
+    outbox = OutboxMailer(tmp_path / "outbox")
+
+    outcome = outbox.send(bad, idempotency_key=str(KEY))
+
+    assert (outcome.failure_class, outcome.detail) == (FailureClass.PERMANENT, "render_error")
+    assert not (tmp_path / "outbox").exists()
+    assert outbox.lookup(str(KEY)).status is LookupStatus.NOT_FOUND

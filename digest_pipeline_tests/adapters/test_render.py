@@ -56,9 +56,9 @@ def product(n: int, **overrides: Any) -> dict[str, Any]:
     return payload | overrides
 
 
-def composer(secret: str = "s3cret") -> Jinja2Composer:
+def composer(secret: str = "s3cret", sender: str = "digest@example.com") -> Jinja2Composer:
     return Jinja2Composer(
-        sender="digest@example.com",
+        sender=sender,
         unsubscribe_url=UNSUBSCRIBE,
         unsubscribe_secret=secret,
         clock=FixedClock(T0),
@@ -221,6 +221,8 @@ def test_no_rows_is_a_render_error() -> None:
         '"Evil" <x@example.com>',
         "x@example.com, y@example.com",
         "",
+        "x@[",  # the email package's parser crashes on it with AttributeError
+        "x" + "(" * 2000 + "@example.com",  # ... and on this with RecursionError
     ],
 )
 def test_an_invalid_recipient_is_a_render_error(recipient: str) -> None:
@@ -228,6 +230,43 @@ def test_an_invalid_recipient_is_a_render_error(recipient: str) -> None:
     with pytest.raises(RenderError) as raised:
         composer().compose(item, recipient, picks(item.key, product(1)))
     assert_refused(raised, *(recipient.split() if recipient else []), "example.com")
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        pytest.param(product(1, title="Tea \ud800"), id="title"),
+        pytest.param(product(1, customer_name="Ada \udfff"), id="customer-name"),
+        pytest.param(product(1, url="https://shop.example/p/\ud800"), id="url"),
+    ],
+)
+def test_text_utf8_cannot_encode_is_a_render_error(payload: dict[str, Any]) -> None:
+    with pytest.raises(RenderError, match="not valid Unicode") as raised:
+        compose(payload)
+    assert_refused(raised, "Tea", "Ada", "shop.example")
+
+
+@pytest.mark.parametrize(
+    "sender",
+    ["^@", "x@[", "digest@example.com\r\nBcc: x@evil.example", "digest@example.com\u2028"],
+)
+def test_a_sender_the_email_package_refuses_makes_every_item_a_render_error(sender: str) -> None:
+    subject = composer(sender=sender)  # a setting: refused per item, as every item would be
+    for customer_id in ("customer-0001", "customer-0002"):
+        item = item_for(customer_id)
+        with pytest.raises(RenderError, match="sender or the unsubscribe link") as raised:
+            subject.compose(item, RECIPIENT, picks(item.key, product(1)))
+        assert "evil" not in str(raised.value)
+        assert "example.com" not in str(raised.value)
+
+
+def test_every_composed_message_serialises() -> None:
+    # compose no longer serialises; what it returns must still be what the mailers can send
+    names = ["Ada", "Zoë", "<b>Bob</b>", "x" * 300, "Tea\r\nBcc: x@evil.example", "中文 名字"]
+    for n, name in enumerate(names):
+        item = item_for(f"customer-{n:04d}")
+        rows = picks(item.key, product(1, customer_name=name, title=name), product(2))
+        to_bytes(composer().compose(item, f"c{n}+tag@example.com", rows))
 
 
 def test_a_missing_template_variable_is_a_render_error() -> None:

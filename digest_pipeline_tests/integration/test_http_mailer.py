@@ -192,10 +192,21 @@ class TestFailureClasses:
         outcome = mailer.send(message(1), idempotency_key=str(key_of(2)))
         assert (outcome.failure_class, server.requests) == (F.PERMANENT, 0)
 
-    def test_header_injection_is_refused_before_any_request(
-        self, server: ProviderServer, mailer: HttpProviderMailer
+    @pytest.mark.parametrize(
+        "bad",
+        [
+            message(extra=(("X-Note", "hi\r\nBcc: x@evil.example"),)),
+            message(extra=(("X-Note", "hi\u2028Bcc: x@evil.example"),)),
+            message(extra=(("X Note", "a header name holding a space"),)),
+            # httpx would fail to encode the JSON body: an exception, read as `unknown`
+            message(html="<p>\ud800</p>"),
+        ],
+        ids=["crlf", "unicode-line-break", "bad-header-name", "lone-surrogate"],
+    )
+    def test_what_no_mailer_may_send_is_refused_before_any_request(
+        self, server: ProviderServer, mailer: HttpProviderMailer, bad: Message
     ) -> None:
-        outcome = send(mailer, message(extra=(("X-Note", "hi\r\nBcc: x@evil.example"),)))
+        outcome = send(mailer, bad)
         assert (outcome.failure_class, outcome.detail, server.requests) == (
             F.PERMANENT,
             "render_error",

@@ -179,13 +179,24 @@ def test_session_setup_refusals_are_permanent(make_mailer, peer_kwargs, override
         assert peer.messages == []
 
 
-def test_render_error_is_permanent_and_nothing_is_sent(mailer, smtp_peer):
-    bad = message(headers=(("X-Digest-Operation-Key", "a\r\nBcc: x@evil.test"),))
-
+@pytest.mark.parametrize(
+    "bad",
+    [
+        message(headers=(("X-Digest-Operation-Key", "a\r\nBcc: x@evil.test"),)),
+        message(subject="hi\u2028Bcc: x@evil.test"),
+        message(text="picks \ud800"),
+        # the email package's parser crashes on these senders (IndexError, AttributeError)
+        message(sender="^@"),
+        message(sender="x@["),
+    ],
+    ids=["crlf", "unicode-line-break", "lone-surrogate", "parser-index-error", "parser-attr-error"],
+)
+def test_render_error_is_permanent_and_nothing_is_sent(mailer, smtp_peer, bad):
     outcome = send(mailer, bad)
 
     assert (outcome.failure_class, outcome.detail) == (P, "render_error")
     assert smtp_peer.connections == 0
+    assert smtp_peer.messages == []
 
 
 def test_address_smtp_cannot_carry_is_permanent(mailer, smtp_peer):
