@@ -516,35 +516,21 @@ class SqlLedger(Ledger):
     def _apply_many(self, conn: Connection, ts: Sequence[Transition]) -> dict[str, DigestError]:
         """Applies the transitions whose guard holds; returns the others' errors by key.
 
-        The guarded rows are read and locked first, so the set of transitions that apply is
-        known before any row changes; the updates then go out one statement per shape of
-        values (one for every `sent`, one for every retry, …), not one per item.
+        The guarded updates go out one statement per shape of values (one for every `sent`, one
+        for every retry, …), not one per item. Only a statement that matched fewer rows than it
+        had transitions costs a read-back, to tell which lost: the rows it did update are
+        locked by this transaction (or SQLite's write lock), so the read sees them as updated.
         """
-        current: dict[str, Any] = {}
-        for chunk in _chunks([str(t.key) for t in ts], KEYS):
-            q = select(wi).where(wi.c.operation_key.in_(chunk)).with_for_update()
-            current.update((r["operation_key"], r) for r in conn.execute(q).mappings())
-        applied: list[Transition] = []
-        lost: dict[str, DigestError] = {}
-        for t in ts:
-            row = current.get(str(t.key))
-            if row is None:
-                lost[str(t.key)] = UnknownWorkItem(f"no work item for {t.key}")
-            elif row["state"] != t.expected.value or row["lease_token"] != t.token:
-                lost[str(t.key)] = LostRace(
-                    f"{t.key}: expected {t.expected.value} with token {t.token}; "
-                    f"it is {row['state']}"
-                )
-            else:
-                applied.append(t)
         # Transitions setting the same columns (and the same expressions) share one statement.
-        shapes: dict[tuple[tuple[str, int | None], ...], list[Transition]] = {}
-        for t in applied:
+        shapes: dict[tuple[tuple[str, int | None], ...], list[tuple[Transition, dict[str, Any]]]]
+        shapes = {}
+        for t in ts:
+            values = _update_values(t)
             shape = tuple(
-                (c, id(v) if isinstance(v, ColumnElement) else None)
-                for c, v in _update_values(t).items()
+                (c, id(v) if isinstance(v, ColumnElement) else None) for c, v in values.items()
             )
-            shapes.setdefault(shape, []).append(t)
+            shapes.setdefault(shape, []).append((t, values))
+        unsure: list[Transition] = []
         for group in shapes.values():
             stmt = (
                 update(wi)
@@ -556,7 +542,7 @@ class SqlLedger(Ledger):
                 .values(
                     {
                         c: v if isinstance(v, ColumnElement) else bindparam(f"v_{c}")
-                        for c, v in _update_values(group[0]).items()
+                        for c, v in group[0][1].items()
                     }
                 )
             )
@@ -565,36 +551,52 @@ class SqlLedger(Ledger):
                     "w_key": str(t.key),
                     "w_state": t.expected.value,
                     "w_token": t.token,
-                    **{
-                        f"v_{c}": v
-                        for c, v in _update_values(t).items()
-                        if not isinstance(v, ColumnElement)
-                    },
+                    **{f"v_{c}": v for c, v in values.items() if not isinstance(v, ColumnElement)},
                 }
-                for t in group
+                for t, values in group
             ]
-            conn.execute(stmt, params)
-        self._record_side_rows(conn, applied, current)
+            if conn.execute(stmt, params).rowcount != len(params):
+                unsure.extend(t for t, _ in group)
+        lost = self._lost(conn, unsure) if unsure else {}
+        self._record_side_rows(conn, [t for t in ts if str(t.key) not in lost])
         return lost
 
-    def _record_side_rows(
-        self, conn: Connection, ts: Sequence[Transition], before: dict[str, Any]
-    ) -> None:
+    def _lost(self, conn: Connection, ts: Sequence[Transition]) -> dict[str, DigestError]:
+        """Which of `ts` did not apply: their rows do not show their target, token and time."""
+        rows: dict[str, Any] = {}
+        for chunk in _chunks([str(t.key) for t in ts], KEYS):
+            q = select(wi.c.operation_key, wi.c.state, wi.c.lease_token, wi.c.updated_at)
+            rows.update(
+                (r.operation_key, r) for r in conn.execute(q.where(wi.c.operation_key.in_(chunk)))
+            )
+        lost: dict[str, DigestError] = {}
+        for t in ts:
+            row = rows.get(str(t.key))
+            if row is None:
+                lost[str(t.key)] = UnknownWorkItem(f"no work item for {t.key}")
+            elif (row.state, row.lease_token, row.updated_at) != (t.target.value, t.token, t.at):
+                lost[str(t.key)] = LostRace(
+                    f"{t.key}: expected {t.expected.value} with token {t.token}; it is {row.state}"
+                )
+        return lost
+
+    def _record_side_rows(self, conn: Connection, ts: Sequence[Transition]) -> None:
         """The dead-letter, replay and audit rows that go with applied transitions."""
+        dying = [str(t.key) for t in ts if t.dead_letter_reason is not None]
+        after: dict[str, Any] = {}
+        for chunk in _chunks(dying, KEYS):
+            q = select(wi).where(wi.c.operation_key.in_(chunk))
+            after.update((r["operation_key"], r) for r in conn.execute(q).mappings())
         dead = [
             {
                 "operation_key": str(t.key),
                 "period": str(t.key.period),
                 "customer_id": t.key.customer_id,
                 "reason": t.dead_letter_reason,
-                "last_failure_class": (
-                    t.failure_class.value
-                    if t.failure_class is not None
-                    else before[str(t.key)]["last_failure_class"]
-                ),
-                "attempts": before[str(t.key)]["attempts"],
-                "first_attempt_at": before[str(t.key)]["first_attempt_at"],
-                "last_attempt_at": before[str(t.key)]["last_attempt_at"],
+                "last_failure_class": after[str(t.key)]["last_failure_class"],
+                "attempts": after[str(t.key)]["attempts"],
+                "first_attempt_at": after[str(t.key)]["first_attempt_at"],
+                "last_attempt_at": after[str(t.key)]["last_attempt_at"],
                 "created_at": t.at,
             }
             for t in ts

@@ -11,7 +11,7 @@ returns only after every claim it took has a recorded terminal state, retry sche
 
 import logging
 from collections import Counter, deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -20,8 +20,15 @@ from typing import Any
 
 from digest_pipeline.domain.errors import DigestError, LostRace, RenderError
 from digest_pipeline.domain.failures import FailureClass, SendOutcome
-from digest_pipeline.domain.model import AttemptTicket, AuditNote, Claim, DigestRow, Transition
-from digest_pipeline.domain.periods import Period
+from digest_pipeline.domain.model import (
+    AttemptTicket,
+    AuditNote,
+    Claim,
+    DigestRow,
+    Message,
+    Transition,
+)
+from digest_pipeline.domain.periods import OperationKey, Period
 from digest_pipeline.domain.policy import DeliveryPolicy
 from digest_pipeline.domain.retry import (
     DeadLetter,
@@ -62,6 +69,14 @@ class DeliveryReport:
                 self.lost_races += 1
             else:
                 self.outcomes[state] += 1
+
+
+@dataclass(frozen=True)
+class Content:
+    """What messages are made of, read for many claims at once: addresses and rows by key."""
+
+    recipients: dict[OperationKey, str]
+    rows: dict[OperationKey, list[DigestRow]]
 
 
 @dataclass(frozen=True)
@@ -108,11 +123,22 @@ class Deliverer:
         [state] = self.finish(self.launch([claim], None))
         return state
 
-    def launch(self, claims: Sequence[Claim], pool: ThreadPoolExecutor | None) -> Wave:
+    def content(self, claims: Sequence[Claim]) -> Content:
+        """The frozen addresses and generated rows of the claims, read in two statements."""
+        keys = [c.key for c in claims]
+        return Content(self.ledger.recipients(keys), self.ledger.digest_rows_of(keys))
+
+    def launch(
+        self,
+        claims: Sequence[Claim],
+        pool: ThreadPoolExecutor | None,
+        content: Content | None = None,
+    ) -> Wave:
         """Records what needs no send and starts the other claims' sends.
 
         Their attempts are recorded as started in one transaction before any send; the sends
-        run on `pool`, or here when it is None.
+        run on `pool`, or here when it is None. `content` may hold the claims' addresses and
+        rows already (read once for a whole claim); otherwise they are read here.
         """
         wave = Wave(list(claims), {}, [], [])
         now = self.clock.now()
@@ -126,13 +152,15 @@ class Deliverer:
         if not to_start:
             return wave
         tickets = self.ledger.start_attempts([c for _, c, _ in to_start], now)
-        keys = [
-            c.key
-            for (_, c, _), t in zip(to_start, tickets, strict=True)
-            if isinstance(t, AttemptTicket)
-        ]
-        recipients = self.ledger.recipients(keys) if keys else {}
-        rows = self.ledger.digest_rows_of(keys) if keys else {}
+        if content is None:
+            content = self.content(
+                [
+                    c
+                    for (_, c, _), t in zip(to_start, tickets, strict=True)
+                    if isinstance(t, AttemptTicket)
+                ]
+            )
+        recipients, rows = content.recipients, content.rows
         for (i, claim, closes_at), ticket in zip(to_start, tickets, strict=True):
             if isinstance(ticket, DigestError):
                 wave.settled[i] = self._release(claim, ticket)
@@ -141,9 +169,13 @@ class Deliverer:
                 claim, ticket, closes_at, recipients.get(claim.key), rows.get(claim.key, [])
             )
             wave.started.append((i, started))
-            wave.sends.append(
-                pool.submit(self._send, started) if pool else _done(self._send(started))
-            )
+            message = self._compose(started)
+            if isinstance(message, SendOutcome):
+                wave.sends.append(_done(message))
+            elif pool is None:
+                wave.sends.append(_done(self._transmit(message)))
+            else:
+                wave.sends.append(pool.submit(self._transmit, message))
         return wave
 
     def finish(self, wave: Wave) -> list[str]:
@@ -250,12 +282,17 @@ class Deliverer:
         log_event("lost_race", logging.WARNING, key=claim.key, step="start", why=lost)
         return LOST_RACE
 
-    def _send(self, started: _Started) -> SendOutcome:
+    def _compose(self, started: _Started) -> Message | SendOutcome:
+        """The message, or the permanent failure that stops it before anything leaves.
+
+        Composing runs on the worker's own thread: the pool threads then mostly wait on the
+        network, and the ledger calls between waves do not queue behind them for the GIL.
+        """
         claim, recipient = started.claim, started.recipient
         if recipient is None:
             return SendOutcome.failed(FailureClass.PERMANENT, "no_recipient_in_snapshot")
         try:
-            message = self.composer.compose(claim.item, recipient, started.rows)
+            return self.composer.compose(claim.item, recipient, started.rows)
         except RenderError:
             return SendOutcome.failed(FailureClass.PERMANENT, "render_error")
         except Exception as e:
@@ -263,12 +300,14 @@ class Deliverer:
             # item (replayable once fixed) and must not stop the rest of the batch.
             log_event("render_raised", logging.ERROR, key=claim.key, error=type(e).__name__)
             return SendOutcome.failed(FailureClass.PERMANENT, f"render_raised:{type(e).__name__}")
+
+    def _transmit(self, message: Message) -> SendOutcome:
         try:
-            return self.mailer.send(message, idempotency_key=str(claim.key))
+            return self.mailer.send(message, idempotency_key=str(message.key))
         except Exception as e:
             # Mailers classify their own failures; one that raises anyway may have sent, so
             # the only safe reading is `unknown`, never "not sent".
-            log_event("mailer_raised", logging.ERROR, key=claim.key, error=type(e).__name__)
+            log_event("mailer_raised", logging.ERROR, key=message.key, error=type(e).__name__)
             return SendOutcome.failed(FailureClass.UNKNOWN, f"mailer_raised:{type(e).__name__}")
 
     def _next(
@@ -353,6 +392,19 @@ class Deliverer:
         return transition.target.value
 
 
+def wave_shape(concurrency: int) -> tuple[int, int]:
+    """(items a wave, waves in flight) for a worker of `concurrency` sends.
+
+    Waves in flight times wave size never exceeds `concurrency`. Overlapping waves keep the sends
+    going while this thread records; several small waves keep slow sends from idling the pool
+    for long, and a floor of 8 items keeps the statements per item low.
+    """
+    if concurrency < 2:
+        return 1, 1
+    size = max(1, min(concurrency // 2, max(8, concurrency // 4)))
+    return size, concurrency // size
+
+
 def _waves(claims: list[Claim], size: int) -> list[list[Claim]]:
     it = iter(claims)
     return list(iter(lambda: list(islice(it, size)), []))
@@ -374,29 +426,39 @@ def deliver_due(
     if batch_size < 1 or concurrency < 1:
         raise ValueError("batch_size and concurrency must be at least 1")
     report = DeliveryReport()
-    # Two half-size waves overlap: one wave's outcomes and the next one's attempts are
-    # recorded while the other wave's sends are in flight, so the pool stays busy; together
-    # they never hold more than `concurrency` open attempts.
-    depth = 2 if concurrency >= 2 else 1
-    wave_size = concurrency // depth
-    with ThreadPoolExecutor(max_workers=concurrency) as pool:
+    size, depth = wave_shape(concurrency)
+
+    def waves() -> Iterator[tuple[list[Claim], Content]]:
         while should_continue():
             room = batch_size if max_items is None else min(batch_size, max_items - report.claimed)
             if room <= 0:
-                break
+                return
             claims = deliverer.ledger.claim_due(
                 deliverer.clock.now(), deliverer.owner, deliverer.policy.lease, room, period
             )
             if not claims:
-                break
+                return
             report.claimed += len(claims)
-            in_flight: deque[Wave] = deque()
-            for wave in _waves(claims, wave_size):
-                if len(in_flight) == depth:
-                    report.count(deliverer.finish(in_flight.popleft()))
-                in_flight.append(deliverer.launch(wave, pool))
-            while in_flight:
+            content = deliverer.content(claims)
+            for wave in _waves(claims, size):
+                yield wave, content
+
+    # `depth` waves overlap: while some waves' sends are in flight, this thread records the
+    # outcomes of the wave that finished and starts the next; together they never hold more
+    # than `concurrency` open attempts. A wave is finished before the next one is taken, so
+    # the next claim happens only once there is room (a crash strands one claim, not two).
+    with ThreadPoolExecutor(max_workers=concurrency) as pool:
+        in_flight: deque[Wave] = deque()
+        upcoming = waves()
+        while True:
+            if len(in_flight) == depth:
                 report.count(deliverer.finish(in_flight.popleft()))
+            if (taken := next(upcoming, None)) is None:
+                break
+            wave, content = taken
+            in_flight.append(deliverer.launch(wave, pool, content))
+        while in_flight:
+            report.count(deliverer.finish(in_flight.popleft()))
     if report.claimed:
         log_event(
             "delivered",
