@@ -15,13 +15,15 @@ PYTEST_ARGS ?=
 DAGSTER_HOME ?= $(CURDIR)/.digest/dagster_home
 DEMO_CUSTOMERS ?= 300
 UI_PORT ?= 3000
+# Extra arguments for the benchmarks, e.g. `make bench BENCH_ARGS='--only e2e --large'`.
+BENCH_ARGS ?=
 
 # Pass CI through to recipes (pytest turns missing services into failures under CI=true).
 ifdef CI
 export CI
 endif
 
-.PHONY: help install lint validate test test-fast chaos demo ui clean
+.PHONY: help install lint validate test test-fast chaos bench demo ui clean
 
 help: ## List the targets
 	@echo "Targets:"
@@ -54,6 +56,9 @@ test-fast: install ## Tests that need no services (pytest -m "not integration")
 
 chaos: install ## SIGKILL delivery workers on a throwaway PostgreSQL; check once-only delivery (long run)
 	scripts/pg-test-cluster.sh -- $(BIN)/python -m benchmarks.chaos --customers 5000 --workers 4 --rounds 10
+
+bench: install ## Scale benchmarks (issue 7) on a throwaway PostgreSQL; tables + .digest/bench/*.json
+	scripts/pg-test-cluster.sh -- $(BIN)/python -m benchmarks $(BENCH_ARGS)
 
 demo: install ## Seed demo data and run the latest complete week end to end (SQLite + outbox)
 	DAGSTER_HOME=$(DAGSTER_HOME) $(BIN)/digest seed --customers $(DEMO_CUSTOMERS) --seed 7

@@ -1,0 +1,76 @@
+"""`make bench`: the four benchmarks of issue 7 in order, each printing its table and writing JSON.
+
+Run under `scripts/pg-test-cluster.sh` for the PostgreSQL variants; without
+`DIGEST_TEST_DATABASE_URL` they are reported as skipped. `--sizes` sets the end-to-end customer
+counts, or, with `--only`, the one size the chosen benchmark takes (side/scale: customers,
+latency: the minimum items per level).
+"""
+
+import argparse
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from benchmarks import common, e2e, latency, scale_out, side_by_side
+
+ORDER = ("e2e", "side", "latency", "scale")
+
+
+def _plans(a: argparse.Namespace) -> dict[str, Callable[[], Any]]:
+    only = a.only is not None
+    first = a.sizes[0] if a.sizes else None
+    sizes = list(a.sizes or e2e.SIZES) + ([e2e.LARGE] if a.large else [])
+    return {
+        "e2e": lambda: e2e.run(
+            e2e.Options(sizes=sizes, max_run_seconds=a.max_run_seconds, json_dir=a.json_dir)
+        ),
+        "side": lambda: side_by_side.run(
+            side_by_side.Options(
+                customers=first if only and first else side_by_side.CUSTOMERS,
+                json_dir=a.json_dir,
+            )
+        ),
+        "latency": lambda: latency.run(
+            latency.Options(
+                min_items=first if only and first else latency.MIN_ITEMS, json_dir=a.json_dir
+            )
+        ),
+        "scale": lambda: scale_out.run(
+            scale_out.Options(
+                customers=first if only and first else scale_out.CUSTOMERS, json_dir=a.json_dir
+            )
+        ),
+    }
+
+
+def main(argv: Sequence[str]) -> int:
+    p = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
+    p.add_argument("--only", choices=ORDER, help="run just this benchmark")
+    p.add_argument("--large", action="store_true", help=f"add {e2e.LARGE:,} customers to e2e")
+    p.add_argument(
+        "--sizes",
+        type=common.int_list,
+        help=f"e2e customer counts (default {','.join(map(str, e2e.SIZES))}); see above",
+    )
+    p.add_argument(
+        "--max-run-seconds",
+        type=float,
+        default=e2e.Options.max_run_seconds,
+        help="e2e: cut a larger size to what fits this at the previous size's rate",
+    )
+    p.add_argument("--json-dir", type=Path, default=common.DEFAULT_JSON_DIR)
+    a = p.parse_args(argv)
+    plans = _plans(a)
+    started = time.perf_counter()
+    for name in [a.only] if a.only else ORDER:
+        t0 = time.perf_counter()
+        plans[name]()
+        print(f"[{name}: {time.perf_counter() - t0:,.0f} s]", flush=True)
+    print(f"\nbenchmarks done in {time.perf_counter() - started:,.0f} s; JSON in {a.json_dir}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,553 @@
+"""What every benchmark shares: fresh databases and Dagster homes, seeding, one measured job run
+in a fresh subprocess, statement counting, resident memory, the ledger's own verdict, and the
+table and JSON output.
+
+Each measurement runs in its own process (`python -m benchmarks.<name> --one SPEC`) so its peak
+memory is its own and no engine, pool or Dagster instance leaks from one measurement into the
+next.
+"""
+
+import json
+import math
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections import Counter, defaultdict
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import psycopg
+from psycopg import sql
+from sqlalchemy import Engine, case, event, func, select
+from sqlalchemy.engine import make_url
+
+from digest_pipeline.adapters.demo_data import seed_demo
+from digest_pipeline.adapters.sql_engine import create_ledger_engine, migrate
+from digest_pipeline.adapters.sql_schema import attempts, work_items
+from digest_pipeline.domain.periods import Period
+from digest_pipeline.instance import prepare_home
+
+ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_JSON_DIR = ROOT / ".digest" / "bench"
+#: the ledger test database `scripts/pg-test-cluster.sh` exports; its server hosts the benches
+PG_URL_ENV = "DIGEST_TEST_DATABASE_URL"
+SKIPPED_PG = "skipped (no PostgreSQL)"
+#: states an eligible item may legitimately end a demo period in
+DONE_STATES = ("sent", "cleaned")
+SEED = 7
+#: share of demo customers who are eligible (5 % inactive and 10 % not opted in: demo_data.P_*)
+ELIGIBLE_SHARE = 0.85
+
+
+# -- databases, homes, seeding -------------------------------------------------------------
+
+
+def pg_available() -> bool:
+    return bool(os.environ.get(PG_URL_ENV))
+
+
+@dataclass(frozen=True)
+class Backend:
+    """Where one measurement keeps its ledger and its Dagster instance."""
+
+    name: str
+    ledger_url: str
+    #: `postgresql+psycopg2://…` for dagster-postgres; None for Dagster's SQLite default
+    dagster_pg_url: str | None
+
+
+def _admin(statement: str, database: str) -> None:
+    """`CREATE DATABASE` / `DROP DATABASE` run from the cluster's `postgres` database."""
+    url = make_url(os.environ[PG_URL_ENV]).set(drivername="postgresql", database="postgres")
+    with psycopg.connect(url.render_as_string(hide_password=False), autocommit=True) as conn:
+        conn.execute(sql.SQL(statement).format(sql.Identifier(database)))
+
+
+@contextmanager
+def backend(name: str, workdir: Path) -> Iterator[Backend]:
+    """A fresh, empty ledger (and Dagster storage) on `sqlite` or `postgres`; dropped afterwards.
+
+    PostgreSQL databases are created on the cluster behind `DIGEST_TEST_DATABASE_URL` under
+    unique names, so measurements never see each other's rows.
+    """
+    if name == "sqlite":
+        yield Backend(name, f"sqlite:///{workdir / 'ledger.db'}", None)
+        return
+    base = make_url(os.environ[PG_URL_ENV])
+    ledger = f"bench_{uuid.uuid4().hex[:10]}"
+    dagster = f"{ledger}_dagster"
+    for db in (ledger, dagster):
+        _admin("CREATE DATABASE {}", db)
+    try:
+        yield Backend(
+            name,
+            base.set(database=ledger).render_as_string(hide_password=False),
+            base.set(drivername="postgresql+psycopg2", database=dagster).render_as_string(
+                hide_password=False
+            ),
+        )
+    finally:
+        for db in (ledger, dagster):
+            _admin("DROP DATABASE IF EXISTS {} WITH (FORCE)", db)
+
+
+def dagster_home(workdir: Path, dagster_pg_url: str | None) -> Path:
+    """A fresh DAGSTER_HOME from the project's dagster.yaml, on SQLite or dagster-postgres."""
+    env = {"DAGSTER_PG_URL": dagster_pg_url} if dagster_pg_url else {}
+    return prepare_home(ROOT, env, workdir / "dagster_home")
+
+
+@contextmanager
+def workdir(tag: str) -> Iterator[Path]:
+    """A temp folder for one measurement's files (SQLite files, outbox, key logs)."""
+    with tempfile.TemporaryDirectory(prefix=f"digest-bench-{tag}-") as d:
+        yield Path(d)
+
+
+def bench_now() -> datetime:
+    """The real now: the job's clock is the system clock, so the period must be a recent one."""
+    return datetime.now(UTC)
+
+
+def latest_period(now: datetime) -> Period:
+    """The latest complete ISO week before `now`, as `digest run --period latest` picks it."""
+    return Period.of((now - timedelta(days=7)).date())
+
+
+@dataclass(frozen=True)
+class Seeded:
+    customers: int
+    eligible: int
+    #: eligible customers whose demo address is malformed: their item legitimately ends `failed`
+    invalid: int
+
+
+def seed(url: str, customers: int, now: datetime) -> Seeded:
+    """Migrates and seeds the demo shop (not timed by any benchmark)."""
+    engine = create_ledger_engine(url)
+    try:
+        migrate(engine)
+        r = seed_demo(engine, customers=customers, seed=SEED, now=now)
+    finally:
+        engine.dispose()
+    # the demo's inactive / not-opted-in / invalid groups do not overlap (demo_data.P_*)
+    return Seeded(customers, customers - r.inactive - r.not_opted_in, r.invalid_addresses)
+
+
+# -- measuring inside one process ----------------------------------------------------------
+
+
+class StatementCounter:
+    """Counts statements sent to one database, whatever engine sends them.
+
+    Dagster's storage also goes through SQLAlchemy, so the listener is class-level on Engine
+    and keeps only the connections whose URL names the ledger's database.
+    """
+
+    def __init__(self, ledger_url: str) -> None:
+        target = make_url(ledger_url)
+        self._key = (target.get_backend_name(), target.host, target.port, target.database)
+        self._lock = threading.Lock()
+        self.count = 0
+
+    def _on_execute(self, conn: Any, *_: Any) -> None:
+        url = conn.engine.url
+        if (url.get_backend_name(), url.host, url.port, url.database) == self._key:
+            with self._lock:
+                self.count += 1
+
+    def __enter__(self) -> "StatementCounter":
+        event.listen(Engine, "before_cursor_execute", self._on_execute)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        event.remove(Engine, "before_cursor_execute", self._on_execute)
+
+
+def peak_rss_mb() -> dict[str, float]:
+    """Peak resident memory of this process and of its largest finished child (Linux: KiB)."""
+    own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    return {"rss_mb": round(own / 1024, 1), "rss_children_mb": round(children / 1024, 1)}
+
+
+def run_config(executor: str = "in_process", processes: int = 1) -> dict[str, Any]:
+    """Quiet console (the run's events still go to the instance); optionally multiprocess."""
+    config: dict[str, Any] = {"loggers": {"console": {"config": {"log_level": "ERROR"}}}}
+    if executor == "multiprocess":
+        config["execution"] = {"config": {"multiprocess": {"max_concurrent": processes}}}
+    return config
+
+
+def step_spans(instance: Any, run_id: str) -> tuple[dict[str, float], int, int]:
+    """Seconds per asset (first step start to last step end), from the run's event log.
+
+    Checks run between the assets, so they get the sum of their own steps' durations instead
+    (key `checks`). Also returns the number of steps and of delivery batch steps.
+    """
+    import dagster as dg
+
+    kinds = {
+        dg.DagsterEventType.STEP_START,
+        dg.DagsterEventType.STEP_SUCCESS,
+        dg.DagsterEventType.STEP_FAILURE,
+    }
+    by_step: dict[str, list[float]] = defaultdict(list)
+    for record in instance.get_records_for_run(run_id, of_type=kinds, limit=10_000_000).records:
+        entry = record.event_log_entry
+        by_step[entry.step_key or ""].append(entry.timestamp)
+    spans: dict[str, list[float]] = defaultdict(list)
+    checks = 0.0
+    for step, stamps in by_step.items():
+        asset = step.split(".", 1)[0]
+        if asset in ASSETS:
+            spans[ASSETS[asset]] += stamps
+        else:
+            checks += max(stamps) - min(stamps)
+    seconds = {k: round(max(v) - min(v), 3) for k, v in spans.items()}
+    seconds["checks"] = round(checks, 3)
+    return seconds, len(by_step), sum(1 for step in by_step if "deliver_batch[" in step)
+
+
+#: the job's assets in graph order, with the short column names the tables use
+ASSETS = {
+    "eligibility_snapshot": "snapshot",
+    "digest_content": "content",
+    "digest_work_items": "items",
+    "digest_deliveries": "deliveries",
+    "digest_cleanup": "cleanup",
+}
+
+
+def ledger_verdict(url: str, period: Period, seeded: Seeded) -> dict[str, Any]:
+    """The ledger's account of the period: states, and keys sent or attempted more than once.
+
+    Every eligible item must be sent or cleaned, except the demo's malformed addresses, which
+    must be `failed`. With a mailer that never fails, a key attempted twice was claimed twice.
+    """
+    engine = create_ledger_engine(url)
+    key = str(period)
+    try:
+        with engine.connect() as conn:
+            states: dict[str, int] = dict(
+                conn.execute(
+                    select(work_items.c.state, func.count())
+                    .where(work_items.c.period == key)
+                    .group_by(work_items.c.state)
+                ).all()
+            )
+            per_key = (
+                select(
+                    attempts.c.operation_key,
+                    func.count().label("n"),
+                    func.sum(case((attempts.c.outcome == "sent", 1), else_=0)).label("sent"),
+                )
+                .join(work_items, work_items.c.operation_key == attempts.c.operation_key)
+                .where(work_items.c.period == key)
+                .group_by(attempts.c.operation_key)
+                .subquery()
+            )
+            double_sent, multi_attempt = conn.execute(
+                select(
+                    func.sum(case((per_key.c.sent > 1, 1), else_=0)),
+                    func.sum(case((per_key.c.n > 1, 1), else_=0)),
+                )
+            ).one()
+    finally:
+        engine.dispose()
+    done = sum(states.get(s, 0) for s in DONE_STATES)
+    failed = states.get("failed", 0)
+    total = sum(states.values())
+    ok = total == seeded.eligible and failed == seeded.invalid and done + failed == total
+    return {
+        "states": states,
+        "items": total,
+        "accounted": ok,
+        "ledger_double_sends": int(double_sent or 0),
+        "ledger_double_claims": int(multi_attempt or 0),
+    }
+
+
+def key_log_duplicates(keys_dir: Path) -> tuple[int, int]:
+    """(sends, keys sent more than once) over every process's key file in `keys_dir`."""
+    counts: Counter[str] = Counter()
+    for path in keys_dir.glob("keys-*.txt"):
+        with path.open(encoding="utf-8") as f:
+            counts.update(line.strip() for line in f if line.strip())
+    return sum(counts.values()), sum(1 for n in counts.values() if n > 1)
+
+
+# -- one measured run of the real job (inside a child process) -----------------------------
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """One run of `weekly_digest_job`, as a child process receives it (JSON)."""
+
+    ledger_url: str
+    dagster_pg_url: str | None
+    workdir: str
+    partition: str
+    seeded: dict[str, int]
+    #: `inproc` (the benchmark mailer, `latency_ms` per send) or `outbox` (the project's own)
+    mailer: str = "inproc"
+    latency_ms: float = 0.0
+    #: `in_process` (what `digest run` does) or `multiprocess` (reconstructable job)
+    executor: str = "in_process"
+    processes: int = 1
+    #: extra `DIGEST_*` settings for the run, e.g. `DIGEST_BATCH_SIZE`
+    settings: dict[str, str] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def measure_job(raw: Mapping[str, Any]) -> dict[str, Any]:
+    """Runs the job once in this process and reports time, statements, memory and verdicts."""
+    import dagster as dg
+
+    from benchmarks import bench_defs
+    from digest_pipeline.definitions import defs
+
+    spec = JobSpec(**raw)
+    work = Path(spec.workdir)
+    keys_dir = work / "keys"
+    keys_dir.mkdir(parents=True, exist_ok=True)
+    home = dagster_home(work, spec.dagster_pg_url)
+    outbox = spec.mailer == "outbox"
+    variables: dict[str, str | None] = {
+        **hermetic(spec.settings or {}),
+        "DIGEST_DATABASE_URL": spec.ledger_url,
+        "DAGSTER_HOME": str(home),
+        "DAGSTER_PG_URL": spec.dagster_pg_url,
+        "DIGEST_MAILER": "outbox" if outbox else None,
+        "DIGEST_OUTBOX_DIR": str(work / "outbox") if outbox else None,
+        bench_defs.LATENCY_ENV: str(spec.latency_ms),
+        # only step processes need a file; in one process the mailer's own counter is read
+        bench_defs.KEYS_DIR_ENV: str(keys_dir) if spec.executor == "multiprocess" else None,
+    }
+    with env(variables):
+        instance = dg.DagsterInstance.from_config(str(home))
+        try:
+            with StatementCounter(spec.ledger_url) as statements, Timer() as timer:
+                if spec.executor == "multiprocess":
+                    result: Any = dg.execute_job(
+                        dg.reconstructable(bench_defs.bench_job),
+                        instance=instance,
+                        run_config=run_config("multiprocess", spec.processes),
+                        tags={"dagster/partition": spec.partition},
+                    )
+                else:
+                    project = (
+                        defs()
+                        if outbox
+                        else bench_defs.bench_definitions(bench_defs.BenchMailerResource())
+                    )
+                    result = project.resolve_job_def(bench_defs.JOB).execute_in_process(
+                        partition_key=spec.partition,
+                        instance=instance,
+                        raise_on_error=False,
+                        run_config=run_config(),
+                    )
+            asset_s, steps, batches = step_spans(instance, result.run_id)
+            checks = result.get_asset_check_evaluations()
+        finally:
+            instance.dispose()
+    seeded = Seeded(**spec.seeded)
+    if outbox:
+        sends, dup_sends = len(list((work / "outbox" / "new").glob("*.eml"))), None
+    elif spec.executor == "multiprocess":
+        sends, dup_sends = key_log_duplicates(keys_dir)
+    else:
+        counts: Counter[str] = Counter()
+        for mailer in bench_defs.OPENED:
+            counts.update(mailer.sends)
+        sends, dup_sends = sum(counts.values()), sum(1 for n in counts.values() if n > 1)
+    return {
+        "run_success": bool(result.success),
+        "wall_s": round(timer.seconds, 3),
+        "asset_s": asset_s,
+        "delivery_s": asset_s.get("deliveries"),
+        "steps": steps,
+        "batches": batches,
+        "statements": statements.count,
+        "checks_passed": sum(1 for c in checks if c.passed),
+        "checks_total": len(checks),
+        "failed_checks": sorted(c.check_name for c in checks if not c.passed),
+        "sends": sends,
+        "mailer_dup_sends": dup_sends,
+        **ledger_verdict(spec.ledger_url, Period.parse(spec.partition), seeded),
+        **peak_rss_mb(),
+    }
+
+
+# -- subprocess plumbing -------------------------------------------------------------------
+
+
+def run_child(module: str, spec: Mapping[str, Any], log_dir: Path) -> dict[str, Any]:
+    """Runs `python -m <module> --one <spec>` from the repository root; returns its JSON line.
+
+    The child's stderr (Dagster's own output) goes to a file, shown only if the child fails.
+    """
+    log = log_dir / f"child-{uuid.uuid4().hex[:8]}.log"
+    with log.open("w", encoding="utf-8") as err:
+        done = subprocess.run(
+            [sys.executable, "-m", module, "--one", json.dumps(spec)],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=err,
+            text=True,
+            check=False,
+        )
+    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    if done.returncode != 0 or not lines:
+        tail = log.read_text(encoding="utf-8")[-3000:]
+        raise RuntimeError(f"{module} child exited {done.returncode}; stderr tail:\n{tail}")
+    result: dict[str, Any] = json.loads(lines[-1])
+    return result
+
+
+def child_main(argv: Sequence[str], measure: Any) -> bool:
+    """If argv is `--one SPEC`, runs `measure(spec)`, prints its JSON and returns True."""
+    if len(argv) == 2 and argv[0] == "--one":
+        sys.stdout.write(json.dumps(measure(json.loads(argv[1])), default=str) + "\n")
+        return True
+    return False
+
+
+@contextmanager
+def env(values: Mapping[str, str | None]) -> Iterator[None]:
+    """Sets (or, for None, removes) environment variables for the block."""
+    saved = {k: os.environ.get(k) for k in values}
+    try:
+        for k, v in values.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def progress(line: str) -> None:
+    """One line on stderr as each measurement ends; the tables come only when a benchmark ends."""
+    sys.stderr.write(f"[bench] {line}\n")
+    sys.stderr.flush()
+
+
+def hermetic(settings: Mapping[str, str]) -> dict[str, str | None]:
+    """For `env`: unset the caller's `DIGEST_*` settings (not the test URLs), set `settings`.
+
+    As in the test suite, a measurement sees the defaults plus what it asks for, never a
+    stray `DIGEST_BATCH_SIZE` from the shell.
+    """
+    inherited = [k for k in os.environ if k.startswith("DIGEST_") and "_TEST_" not in k]
+    return {**dict.fromkeys(inherited), **settings}
+
+
+class Timer:
+    def __enter__(self) -> "Timer":
+        self.start = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.seconds = time.perf_counter() - self.start
+
+
+def measure_in_child(
+    module: str,
+    backend_name: str,
+    customers: int,
+    **job: Any,
+) -> dict[str, Any]:
+    """Seeds a fresh database with `customers`, then runs the job once in a fresh child process.
+
+    Returns the child's figures with the backend, the period and the seeded counts added.
+    """
+    now = bench_now()
+    period = latest_period(now)
+    with (
+        workdir(module.rsplit(".", 1)[-1]) as work,
+        backend(backend_name, work) as b,
+    ):
+        seeded = seed(b.ledger_url, customers, now)
+        spec = JobSpec(
+            b.ledger_url,
+            b.dagster_pg_url,
+            str(work),
+            period.partition_key,
+            dict(seeded.__dict__),
+            **job,
+        )
+        out = run_child(module, spec.to_json(), work)
+    progress(f"{module} {backend_name} {customers:,} customers: {out['wall_s']:,.1f} s")
+    return {
+        "backend": backend_name,
+        "period": str(period),
+        "customers": customers,
+        "eligible": seeded.eligible,
+        "invalid": seeded.invalid,
+        **out,
+    }
+
+
+# -- output --------------------------------------------------------------------------------
+
+
+def _cell(value: Any) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, int):
+        return f"{value:,}"
+    if isinstance(value, float):
+        return f"{value:,.1f}" if abs(value) >= 100 else f"{value:,.2f}"
+    return str(value)
+
+
+def print_table(title: str, rows: Sequence[Mapping[str, Any]], columns: Sequence[str]) -> None:
+    """A titled, right-aligned table of the given columns (missing values shown as `-`)."""
+    print(f"\n{title}")
+    if not rows:
+        print("  (no rows)")
+        return
+    frame = pd.DataFrame([[_cell(r.get(c)) for c in columns] for r in rows], columns=list(columns))
+    print(frame.to_string(index=False))
+    sys.stdout.flush()
+
+
+def write_json(json_dir: Path, name: str, payload: Mapping[str, Any]) -> Path:
+    """Writes `<json_dir>/<name>.json`, stamped with the time and the machine's core count."""
+    json_dir.mkdir(parents=True, exist_ok=True)
+    path = json_dir / f"{name}.json"
+    stamped = {"benchmark": name, "at": datetime.now(UTC).isoformat(), "cpus": os.cpu_count()}
+    path.write_text(
+        json.dumps({**stamped, **payload}, indent=2, sort_keys=True, default=str) + "\n",
+        encoding="utf-8",
+    )
+    return path
+
+
+def int_list(text: str) -> list[int]:
+    """`10000,100000` or `10_000` → [10000, 100000] (for argparse)."""
+    return [int(part.replace("_", "")) for part in text.split(",") if part.strip()]
+
+
+def str_list(text: str) -> list[str]:
+    return [part.strip() for part in text.split(",") if part.strip()]

@@ -1,0 +1,105 @@
+"""The benchmarks at toy sizes: they run end to end, account for every item, see no duplicate
+send, and write JSON with the figures the tables print. Timings are not asserted."""
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from benchmarks import common, e2e, latency, scale_out, side_by_side
+
+
+def load(json_dir: Path, name: str) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((json_dir / f"{name}.json").read_text(encoding="utf-8"))
+    assert {"benchmark", "at", "cpus", "rows", "options"} <= data.keys()
+    assert data["benchmark"] == name
+    return data
+
+
+def assert_clean_run(row: dict[str, Any]) -> None:
+    assert row["run_success"], row
+    assert row["accounted"] == "ok", row["states"]
+    assert row["items"] == row["eligible"] > 0
+    assert row["dup_sends"] == 0
+    assert row["ledger_double_sends"] == 0
+    assert row["checks_passed"] == row["checks_total"] == 7, row["failed_checks"]
+
+
+def test_e2e_runs_the_real_job_with_both_mailers(tmp_path):
+    e2e.run(
+        e2e.Options(sizes=[120], backends=["sqlite"], mailers=list(e2e.MAILERS), json_dir=tmp_path)
+    )
+    rows = load(tmp_path, "e2e")["rows"]
+    assert [(r["backend"], r["mailer"]) for r in rows] == [
+        ("sqlite", "inproc"),
+        ("sqlite", "outbox"),
+    ]
+    for row in rows:
+        assert_clean_run(row)
+        # every eligible customer got one send, except the demo's malformed addresses
+        assert row["sends"] == row["eligible"] - row["invalid"]
+        assert row["states"].get("failed", 0) == row["invalid"]
+        assert {"cust_per_s", "stmts_per_cust", "rss_mb", "wall_s"} <= row.keys()
+        assert set(row["asset_s"]) == {*common.ASSETS.values(), "checks"}
+        assert row["statements"] > 0
+
+
+def test_postgres_variants_are_reported_as_skipped_without_a_url(tmp_path, monkeypatch):
+    monkeypatch.delenv(common.PG_URL_ENV, raising=False)
+    e2e.run(e2e.Options(sizes=[50], backends=["postgres"], mailers=["inproc"], json_dir=tmp_path))
+    scale_out.run(scale_out.Options(processes=[1, 2], json_dir=tmp_path))
+    for name in ("e2e", "scale_out"):
+        rows = load(tmp_path, name)["rows"]
+        assert rows
+        assert all(r["note"] == common.SKIPPED_PG for r in rows)
+
+
+def test_side_by_side_compares_one_step_per_customer_with_batches(tmp_path):
+    side_by_side.run(side_by_side.Options(customers=40, backends=["sqlite"], json_dir=tmp_path))
+    data = load(tmp_path, "side_by_side")
+    single, batched = data["rows"]
+    for row in (single, batched):
+        assert_clean_run(row)
+    assert single["batches"] == single["eligible"]  # one delivery step per customer
+    assert batched["batches"] == 1
+    [ratio] = data["ratios"]
+    assert {"run_ratio", "delivery_ratio"} <= ratio.keys()
+
+
+def test_latency_reports_throughput_against_the_bound(tmp_path):
+    latency.run(
+        latency.Options(
+            concurrency=[4], latency_ms=2, min_items=80, with_job=True, json_dir=tmp_path
+        )
+    )
+    [row] = load(tmp_path, "latency")["rows"]
+    assert row["accounted"] == "ok", row["states"]
+    assert row["dup_sends"] == 0
+    assert row["sends"] == row["items"] - row["invalid"]
+    assert row["bound_per_s"] == 4 / 0.002
+    assert {"sends_per_s", "pct_of_bound", "job_sends_per_s", "job_pct_of_bound"} <= row.keys()
+    job = row["job"]  # the raw figures of the job's run at the same level
+    assert job["run_success"]
+    assert job["accounted"] is True, job["states"]
+    assert job["mailer_dup_sends"] == job["ledger_double_sends"] == 0
+
+
+def test_duplicate_detection_is_not_vacuous(tmp_path):
+    (tmp_path / "keys-1-1.txt").write_text("digest:2026-W42:customer-0001\n", encoding="utf-8")
+    (tmp_path / "keys-2-1.txt").write_text(
+        "digest:2026-W42:customer-0001\ndigest:2026-W42:customer-0002\n", encoding="utf-8"
+    )
+    assert common.key_log_duplicates(tmp_path) == (3, 1)
+
+
+@pytest.mark.parametrize(
+    ("size", "previous", "expected"),
+    [
+        (100_000, None, 100_000),
+        (100_000, {"wall_s": 10.0, "customers": 10_000}, 100_000),  # fits: 100 s
+        (100_000, {"wall_s": 100.0, "customers": 10_000}, 30_000),  # 300 s budget: 30,000
+    ],
+)
+def test_e2e_caps_a_size_that_would_not_fit_the_budget(size, previous, expected):
+    assert e2e._capped(size, previous, 300.0) == expected
