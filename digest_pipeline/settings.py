@@ -188,7 +188,7 @@ def load_settings(env: Mapping[str, str], root: Path) -> Settings:
         outbox_dir=_read(env, "DIGEST_OUTBOX_DIR", root / ".digest" / "outbox", Path),
         from_address=_read(env, "DIGEST_FROM_ADDRESS", "digest@example.com", str),
         policy=policy,
-        batch_size=_read(env, "DIGEST_BATCH_SIZE", 500, _positive_int),
+        batch_size=_read(env, "DIGEST_BATCH_SIZE", 5_000, _positive_int),
         concurrency=_read(env, "DIGEST_CONCURRENCY", 16, _positive_int),
         cleanup_mode=_read(env, "DIGEST_CLEANUP_MODE", CleanupMode.ARCHIVE, CleanupMode),
         unsubscribe_url=_read(

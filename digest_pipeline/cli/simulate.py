@@ -197,7 +197,7 @@ def register(sub: Any) -> None:
         type=_positive_int,
         default=DEFAULTS.batch_size,
         help="items one worker claims at a time and sends one after another "
-        f"(default {DEFAULTS.batch_size}: DIGEST_BATCH_SIZE 500 over 16 threads)",
+        f"(default {DEFAULTS.batch_size}; a delivery step claims 8 x DIGEST_CONCURRENCY at a time)",
     )
     grid.add_argument(
         "--sweep-seconds",

@@ -22,8 +22,16 @@ from digest_pipeline_tests.dagster.harness import metadata
 def test_delivery_settings_have_working_defaults():
     s = DeliveryResource().settings()
 
-    assert (s.batch_size, s.concurrency, s.cleanup_mode) == (500, 16, CleanupMode.ARCHIVE)
+    assert (s.batch_size, s.concurrency, s.cleanup_mode) == (5_000, 16, CleanupMode.ARCHIVE)
     assert (s.stale_after_seconds, s.dead_letter_rate_threshold) == (6 * 3600, 0.05)
+
+
+def test_a_step_claims_a_few_waves_at_a_time_never_more_than_its_batch(monkeypatch):
+    # a step works through 5,000 items but leases 8 x 16 at a time, so no lease outlives
+    # its wait behind a slow provider
+    assert DeliveryResource().settings().claim_size == 128
+    monkeypatch.setenv("DIGEST_BATCH_SIZE", "7")
+    assert DeliveryResource().settings().claim_size == 7
 
 
 def test_the_environment_is_read_when_the_settings_are_asked_for(monkeypatch):

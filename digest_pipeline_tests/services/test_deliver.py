@@ -23,7 +23,7 @@ from digest_pipeline.domain.policy import DeliveryPolicy
 from digest_pipeline.domain.retry import RetryPolicy
 from digest_pipeline.domain.states import DeliveryState
 from digest_pipeline.ports import Mailer
-from digest_pipeline.services.deliver import deliver_due
+from digest_pipeline.services.deliver import deliver_due, wave_shape
 from digest_pipeline.services.reconcile import reconcile_period
 from digest_pipeline_tests.builders import (
     deliver_all,
@@ -35,7 +35,7 @@ from digest_pipeline_tests.builders import (
     state_of,
 )
 from digest_pipeline_tests.conftest import T0, W42
-from digest_pipeline_tests.fakes import FakeComposer, FakeMailer, FixedClock
+from digest_pipeline_tests.fakes import FakeComposer, FakeLedger, FakeMailer, FixedClock
 
 S = DeliveryState
 TRANSIENT = SendOutcome.failed(FailureClass.TRANSIENT, "smtp:421")
@@ -702,3 +702,49 @@ def test_claim_released_after_a_lost_start_is_never_requeued_with_an_attempt_in_
     assert state_of(ledger, key_of(1)) is S.CLAIMED  # left for the sweeper: → unknown
     assert ledger.recover_expired_leases(clock.now()).unknown == (key_of(1),)
     assert mailer.sends == 0
+
+
+# --- waves ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("concurrency", [1, 2, 3, 8, 16, 17, 64, 256])
+def test_waves_in_flight_never_hold_more_than_concurrency_attempts(concurrency):
+    size, depth = wave_shape(concurrency)
+    assert size >= 1
+    assert depth >= 1
+    assert size * depth <= concurrency
+
+
+class OpenAttemptsMailer(FakeMailer):
+    """Records, at every send, how many attempts the ledger holds open."""
+
+    def __init__(self, ledger: FakeLedger, clock: FixedClock) -> None:
+        super().__init__(clock=clock)
+        self._ledger = ledger
+        self._lock_most = threading.Lock()
+        self.most_open = 0
+
+    def send(self, message: Message, *, idempotency_key: str) -> SendOutcome:
+        open_now = sum(
+            1
+            for i in self._ledger.items(W42)
+            for a in self._ledger.attempts(i.key)
+            if a.finished_at is None
+        )
+        with self._lock_most:
+            self.most_open = max(self.most_open, open_now)
+        return super().send(message, idempotency_key=idempotency_key)
+
+
+@pytest.mark.parametrize("concurrency", [1, 4, 16])
+def test_a_worker_never_has_more_than_concurrency_attempts_open(clock, concurrency):
+    ledger = frozen_ledger(60)
+    mailer = OpenAttemptsMailer(ledger, clock)
+
+    report = deliver_due(
+        make_deliverer(ledger, mailer, clock), batch_size=25, concurrency=concurrency
+    )
+
+    assert report.outcomes == {"sent": 60}
+    assert 1 <= mailer.most_open <= concurrency
+    assert all(mailer.deliveries_for(key_of(n)) == 1 for n in range(1, 61))
