@@ -65,6 +65,20 @@ class CustomerSource(ABC):
     def orders(self, since: datetime, until: datetime) -> Iterator[Order]:
         """Streams the order lines with `since <= ordered_at < until`, oldest first."""
 
+    def orders_of(
+        self, customer_ids: Sequence[str], since: datetime, until: datetime
+    ) -> Iterator[Order]:
+        """`orders`, only those of `customer_ids`, in no particular order.
+
+        Content generation asks this a chunk of customers at a time, so a period's order lines
+        never sit in memory together. This default reads the whole window on every call, which
+        is quadratic over a period: a source holding many orders must override it with a lookup
+        by customer.
+        """
+        wanted = frozenset(customer_ids)
+        if wanted:
+            yield from (o for o in self.orders(since, until) if o.customer_id in wanted)
+
 
 class Mailer(ABC):
     """Sends one rendered digest with the operation key as its idempotency key."""
@@ -115,6 +129,13 @@ class Ledger(ABC):
     @abstractmethod
     def snapshot_entries(self, period: Period) -> list[SnapshotEntry]:
         """The frozen selection, ordered by customer id."""
+
+    def iter_snapshot_entries(self, period: Period, page: int = 1_000) -> Iterator[SnapshotEntry]:
+        """`snapshot_entries`, streamed a page at a time, so a million entries never sit in memory.
+
+        The SQL ledger pages by customer id (in the database's order); this default reads them all.
+        """
+        yield from self.snapshot_entries(period)
 
     @abstractmethod
     def recipient(self, key: OperationKey) -> str | None:
@@ -223,6 +244,11 @@ class Ledger(ABC):
     @abstractmethod
     def get(self, key: OperationKey) -> WorkItem | None:
         """One item, or None."""
+
+    def items_of(self, keys: Sequence[OperationKey]) -> dict[OperationKey, WorkItem]:
+        """`get` for many keys; keys without an item are absent."""
+        found = {k: self.get(k) for k in keys}
+        return {k: i for k, i in found.items() if i is not None}
 
     @abstractmethod
     def items(

@@ -322,6 +322,12 @@ class FakeCustomerSource(CustomerSource):
         _require_utc(until, "until")
         yield from (o for o in self._orders if since <= o.ordered_at < until)
 
+    def orders_of(
+        self, customer_ids: Sequence[str], since: datetime, until: datetime
+    ) -> Iterator[Order]:
+        wanted = frozenset(customer_ids)
+        yield from (o for o in self.orders(since, until) if o.customer_id in wanted)
+
     def update(self, customer: Customer) -> None:
         """Replaces the customer with the same id (or adds a new one, e.g. a late sign-up)."""
         with self._lock:

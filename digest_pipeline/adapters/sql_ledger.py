@@ -221,6 +221,21 @@ class SqlLedger(Ledger):
             entries = [SnapshotEntry(r.customer_id, r.recipient) for r in conn.execute(q)]
         return sorted(entries, key=lambda e: e.customer_id)
 
+    def iter_snapshot_entries(self, period: Period, page: int = 1_000) -> Iterator[SnapshotEntry]:
+        es = eligibility_snapshot
+        q = select(es.c.customer_id, es.c.recipient).where(es.c.period == str(period))
+        after: str | None = None
+        while True:
+            # keyset pagination on the primary key: each page is its own short read
+            paged = q if after is None else q.where(es.c.customer_id > after)
+            with self._engine.connect() as conn:
+                rows = conn.execute(paged.order_by(es.c.customer_id).limit(page))
+                entries = [SnapshotEntry(r.customer_id, r.recipient) for r in rows]
+            yield from entries
+            if len(entries) < page:
+                return
+            after = entries[-1].customer_id
+
     def recipient(self, key: OperationKey) -> str | None:
         es = eligibility_snapshot
         q = select(es.c.recipient).where(
@@ -705,6 +720,16 @@ class SqlLedger(Ledger):
         with self._engine.connect() as conn:
             r = conn.execute(select(wi).where(wi.c.operation_key == str(key))).mappings().first()
         return sql_rows.work_item(r) if r is not None else None
+
+    def items_of(self, keys: Sequence[OperationKey]) -> dict[OperationKey, WorkItem]:
+        found: dict[OperationKey, WorkItem] = {}
+        with self._engine.connect() as conn:
+            for chunk in _chunks({str(k) for k in keys}, KEYS):
+                q = select(wi).where(wi.c.operation_key.in_(chunk))
+                for r in conn.execute(q).mappings():
+                    item = sql_rows.work_item(r)
+                    found[item.key] = item
+        return found
 
     def items(
         self, period: Period, states: Iterable[DeliveryState] | None = None

@@ -3,13 +3,22 @@
 Generation is idempotent per customer: a customer who already has live rows, or whose digest
 was already sent or cleaned, gets nothing new, so re-materialising a period never duplicates rows
 and never resurrects the rows cleanup removed.
+
+Memory stays flat in the number of customers (a million-customer period runs in the same few
+tens of megabytes as a thousand): only the popularity ranking needs every order in the window,
+and it is a count per product. Everything per customer (the frozen selection, what is already
+done, the orders bought, the rows written) is read and written a chunk of customers at a time.
+Each chunk is its own write, so a run that stops half way leaves whole customers with rows, and
+the next run, skipping them, finishes the rest.
 """
 
 import logging
 from collections import Counter, defaultdict
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
+from itertools import islice
+from typing import TypeVar
 
 from digest_pipeline.domain.catalogue import Order, PickPlan, digest_rows_for
 from digest_pipeline.domain.errors import SnapshotMissing
@@ -20,7 +29,18 @@ from digest_pipeline.ports import CustomerSource, Ledger
 from digest_pipeline.services.logs import log_event
 
 #: items whose rows are delivered (or already removed by cleanup): never generate for them again
-_DONE = (DeliveryState.SENT, DeliveryState.CLEANED)
+_DONE = frozenset({DeliveryState.SENT, DeliveryState.CLEANED})
+#: customers per chunk: large enough that per-chunk queries are few, small enough that a chunk's
+#: orders and rows (a few megabytes) do not show in the process's peak
+CHUNK = 5_000
+
+T = TypeVar("T")
+
+
+def _batches(items: Iterable[T], size: int) -> Iterator[list[T]]:
+    it = iter(items)
+    while batch := list(islice(it, size)):
+        yield batch
 
 
 @dataclass(frozen=True)
@@ -44,48 +64,50 @@ def generate_content(
     *,
     picks_per_customer: int = 4,
     lookback: timedelta = timedelta(weeks=12),
+    chunk: int = CHUNK,
 ) -> ContentReport:
     """Stores the digest rows of every frozen customer of `period` who needs them.
 
     Picks come from the orders in `[period.ends_at - lookback, period.ends_at)`: they give both
     each customer's purchases and the popularity ranking. Safe to run again at any time.
+    `chunk` customers are read, picked and written together: it bounds memory, never the result.
 
     Raises:
         SnapshotMissing: the period's eligibility has not been frozen yet.
-        ValueError: `picks_per_customer` is below 1 or `lookback` is not positive.
+        ValueError: `picks_per_customer` or `chunk` is below 1 or `lookback` is not positive.
     """
     if picks_per_customer < 1:
         raise ValueError(f"picks_per_customer must be at least 1, got {picks_per_customer}")
     if lookback <= timedelta(0):
         raise ValueError(f"lookback must be positive, got {lookback}")
+    if chunk < 1:
+        raise ValueError(f"chunk must be at least 1, got {chunk}")
     if ledger.snapshot(period) is None:
         raise SnapshotMissing(f"period {period} has no frozen eligibility snapshot")
-    entries = ledger.snapshot_entries(period)
-    done = ledger.keys_with_rows(period) | {i.key for i in ledger.items(period, _DONE)}
-    needed = [k for k in (OperationKey(period, e.customer_id) for e in entries) if k not in done]
-    wanted = {k.customer_id for k in needed}
+    since, until = period.ends_at - lookback, period.ends_at
 
     products = {p.product_id: p for p in source.products()}
-    popularity: Counter[str] = Counter()
-    bought: defaultdict[str, list[Order]] = defaultdict(list)
-    for order in source.orders(period.ends_at - lookback, period.ends_at):
-        popularity[order.product_id] += 1
-        if order.customer_id in wanted:
-            bought[order.customer_id].append(order)
-
-    empty: list[OperationKey] = []
-
+    popularity = Counter(o.product_id for o in source.orders(since, until))
     plan = PickPlan(products, popularity, period)
 
-    def rows() -> Iterator[DigestRow]:
+    customers = rows = skipped = empty = 0
+    for entries in _batches(ledger.iter_snapshot_entries(period, page=chunk), chunk):
+        keys = [OperationKey(period, e.customer_id) for e in entries]
+        needed = _needing_content(ledger, keys)
+        skipped += len(keys) - len(needed)
+        bought: defaultdict[str, list[Order]] = defaultdict(list)
+        for order in source.orders_of([k.customer_id for k in needed], since, until):
+            bought[order.customer_id].append(order)
+        generated: list[DigestRow] = []
         for key in needed:
             picks = plan.picks(bought.get(key.customer_id, []), picks_per_customer)
-            if not picks:
-                empty.append(key)
-            yield from digest_rows_for(key, picks)
+            empty += not picks
+            generated.extend(digest_rows_for(key, picks))
+        customers += len(needed)
+        if generated:
+            rows += ledger.add_digest_rows(generated)
 
-    written = ledger.add_digest_rows(rows())
-    report = ContentReport(len(needed), written, len(entries) - len(needed), len(empty))
+    report = ContentReport(customers, rows, skipped, empty)
     log_event(
         "content_generated",
         period=period,
@@ -100,6 +122,14 @@ def generate_content(
             "content_without_picks",
             logging.WARNING,
             period=period,
-            customers=len(empty),
+            customers=empty,
         )
     return report
+
+
+def _needing_content(ledger: Ledger, keys: Sequence[OperationKey]) -> list[OperationKey]:
+    """The keys, in order, that have no live rows and whose item is neither sent nor cleaned."""
+    has_rows = {k for k, found in ledger.digest_rows_of(keys).items() if found}
+    fresh = [k for k in keys if k not in has_rows]
+    done = {k for k, item in ledger.items_of(fresh).items() if item.state in _DONE}
+    return [k for k in fresh if k not in done]
