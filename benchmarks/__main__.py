@@ -24,7 +24,12 @@ def _plans(a: argparse.Namespace) -> dict[str, Callable[[], Any]]:
     sizes = list(a.sizes or e2e.SIZES) + ([e2e.LARGE] if a.large else [])
     return {
         "e2e": lambda: e2e.run(
-            e2e.Options(sizes=sizes, max_run_seconds=a.max_run_seconds, json_dir=a.json_dir)
+            e2e.Options(
+                sizes=sizes,
+                executors=a.executors,
+                max_run_seconds=a.max_run_seconds,
+                json_dir=a.json_dir,
+            )
         ),
         "side": lambda: side_by_side.run(
             side_by_side.Options(
@@ -53,6 +58,12 @@ def main(argv: Sequence[str]) -> int:
         "--sizes",
         type=common.int_list,
         help=f"e2e customer counts (default {','.join(map(str, e2e.SIZES))}); see above",
+    )
+    p.add_argument(
+        "--executors",
+        type=common.str_list,
+        default=list(e2e.EXECUTORS),
+        help="e2e executors: inproc, multiprocess (2 step processes; postgres + inproc mailer)",
     )
     p.add_argument(
         "--max-run-seconds",

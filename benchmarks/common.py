@@ -175,18 +175,46 @@ class StatementCounter:
 
 
 def peak_rss_mb() -> dict[str, float]:
-    """Peak resident memory of this process and of its largest finished child (Linux: KiB)."""
+    """Peak resident memory of this process and of its largest finished child (Linux: KiB).
+
+    Linux passes a reaped child's peak (the larger of its own and its reaped children's) on to
+    its parent, so `rss_children_mb` covers grandchildren too, once every generation is reaped.
+    """
     own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     return {"rss_mb": round(own / 1024, 1), "rss_children_mb": round(children / 1024, 1)}
 
 
-def run_config(executor: str = "in_process", processes: int = 1) -> dict[str, Any]:
-    """Quiet console (the run's events still go to the instance); optionally multiprocess."""
+def run_config(
+    executor: str = "in_process", processes: int = 1, start_method: str | None = None
+) -> dict[str, Any]:
+    """Quiet console (the run's events still go to the instance); optionally multiprocess.
+
+    `start_method` is Dagster's selector (`spawn`, its default, or `forkserver`).
+    """
     config: dict[str, Any] = {"loggers": {"console": {"config": {"log_level": "ERROR"}}}}
     if executor == "multiprocess":
-        config["execution"] = {"config": {"multiprocess": {"max_concurrent": processes}}}
+        multiprocess: dict[str, Any] = {"max_concurrent": processes}
+        if start_method is not None:
+            multiprocess["start_method"] = {start_method: {}}
+        config["execution"] = {"config": {"multiprocess": multiprocess}}
     return config
+
+
+def reap_forkserver() -> bool:
+    """Stops multiprocessing's forkserver, if this process started one, and waits for it.
+
+    Step processes started with `forkserver` are the forkserver's children, not this process's:
+    it reaps them, and only once it is reaped itself does this process's `RUSAGE_CHILDREN` peak
+    cover them. False if the (private) stop hook is missing, so that peak would miss them.
+    """
+    from multiprocessing import forkserver
+
+    stop = getattr(getattr(forkserver, "_forkserver", None), "_stop", None)
+    if stop is None:
+        return False
+    stop()
+    return True
 
 
 def step_spans(instance: Any, run_id: str) -> tuple[dict[str, float], int, int]:
@@ -305,6 +333,8 @@ class JobSpec:
     #: `in_process` (what `digest run` does) or `multiprocess` (reconstructable job)
     executor: str = "in_process"
     processes: int = 1
+    #: multiprocess only: Dagster's `start_method` (None: its default, `spawn`)
+    start_method: str | None = None
     #: extra `DIGEST_*` settings for the run, e.g. `DIGEST_BATCH_SIZE`
     settings: dict[str, str] | None = None
 
@@ -318,8 +348,10 @@ def measure_job(raw: Mapping[str, Any]) -> dict[str, Any]:
 
     from benchmarks import bench_defs
     from digest_pipeline.definitions import defs
+    from digest_pipeline.defs.resources import DeliveryResource
 
     spec = JobSpec(**raw)
+    multiprocess = spec.executor == "multiprocess"
     work = Path(spec.workdir)
     keys_dir = work / "keys"
     keys_dir.mkdir(parents=True, exist_ok=True)
@@ -334,17 +366,19 @@ def measure_job(raw: Mapping[str, Any]) -> dict[str, Any]:
         "DIGEST_OUTBOX_DIR": str(work / "outbox") if outbox else None,
         bench_defs.LATENCY_ENV: str(spec.latency_ms),
         # only step processes need a file; in one process the mailer's own counter is read
-        bench_defs.KEYS_DIR_ENV: str(keys_dir) if spec.executor == "multiprocess" else None,
+        bench_defs.KEYS_DIR_ENV: str(keys_dir) if multiprocess else None,
     }
+    children_seen = True
     with env(variables):
+        batch_size = DeliveryResource().settings().batch_size
         instance = dg.DagsterInstance.from_config(str(home))
         try:
             with StatementCounter(spec.ledger_url) as statements, Timer() as timer:
-                if spec.executor == "multiprocess":
+                if multiprocess:
                     result: Any = dg.execute_job(
                         dg.reconstructable(bench_defs.bench_job),
                         instance=instance,
-                        run_config=run_config("multiprocess", spec.processes),
+                        run_config=run_config("multiprocess", spec.processes, spec.start_method),
                         tags={"dagster/partition": spec.partition},
                     )
                 else:
@@ -363,10 +397,12 @@ def measure_job(raw: Mapping[str, Any]) -> dict[str, Any]:
             checks = result.get_asset_check_evaluations()
         finally:
             instance.dispose()
+            if multiprocess and spec.start_method == "forkserver":
+                children_seen = reap_forkserver()
     seeded = Seeded(**spec.seeded)
     if outbox:
         sends, dup_sends = len(list((work / "outbox" / "new").glob("*.eml"))), None
-    elif spec.executor == "multiprocess":
+    elif multiprocess:
         sends, dup_sends = key_log_duplicates(keys_dir)
     else:
         counts: Counter[str] = Counter()
@@ -380,7 +416,9 @@ def measure_job(raw: Mapping[str, Any]) -> dict[str, Any]:
         "delivery_s": asset_s.get("deliveries"),
         "steps": steps,
         "batches": batches,
-        "statements": statements.count,
+        "batch_size": batch_size,
+        # the step processes' statements never reach this process's listener
+        "statements": None if multiprocess else statements.count,
         "checks_passed": sum(1 for c in checks if c.passed),
         "checks_total": len(checks),
         "failed_checks": sorted(c.check_name for c in checks if not c.passed),
@@ -388,6 +426,7 @@ def measure_job(raw: Mapping[str, Any]) -> dict[str, Any]:
         "mailer_dup_sends": dup_sends,
         **ledger_verdict(spec.ledger_url, Period.parse(spec.partition), seeded),
         **peak_rss_mb(),
+        **({} if children_seen else {"rss_children_mb": None}),
     }
 
 

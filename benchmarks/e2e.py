@@ -3,6 +3,12 @@
 For each size, ledger backend (SQLite, PostgreSQL) and mailer (a zero-latency in-process one and
 the project's outbox), a fresh database is seeded and the job runs once in a fresh process, so
 speed, SQL statements per customer and peak memory belong to that run alone.
+
+Executor `inproc` is what `digest run` does (`execute_in_process`: one process, one core).
+Executor `multiprocess` runs the same job with Dagster's multiprocess executor (two step
+processes from a forkserver, the project's default batch size) for PostgreSQL and the
+zero-latency mailer only: a persistent instance, and the question is whether independent
+delivery batches use both cores.
 """
 
 import argparse
@@ -20,17 +26,25 @@ SIZES = (10_000, 100_000)
 LARGE = 1_000_000
 BACKENDS = ("sqlite", "postgres")
 MAILERS = ("inproc", "outbox")
+EXECUTORS = ("inproc", "multiprocess")
+#: multiprocess: concurrent step processes (this machine's two cores) and how they start
+PROCESSES = 2
+START_METHOD = "forkserver"
+FALLBACK_START_METHOD = "spawn"
 COLUMNS = (
     "backend",
     "mailer",
+    "executor",
     "customers",
     "eligible",
+    "batches",
     "wall_s",
     "cust_per_s",
     *(f"{short}_s" for short in common.ASSETS.values()),
     "checks_s",
     "stmts_per_cust",
     "rss_mb",
+    "rss_children_mb",
     "accounted",
     "dup_sends",
     "checks",
@@ -43,20 +57,29 @@ class Options:
     sizes: Sequence[int] = SIZES
     backends: Sequence[str] = BACKENDS
     mailers: Sequence[str] = MAILERS
+    #: `multiprocess` rows only for (postgres, inproc mailer)
+    executors: Sequence[str] = EXECUTORS
     #: a larger size is cut to what fits this budget at the rate the previous size ran
     max_run_seconds: float = 300.0
     json_dir: Path = field(default=common.DEFAULT_JSON_DIR)
 
 
-def _row(backend: str, mailer: str, m: dict[str, Any]) -> dict[str, Any]:
+def _row(backend: str, mailer: str, executor: str, m: dict[str, Any]) -> dict[str, Any]:
     assets = m["asset_s"]
     dup = m["mailer_dup_sends"] if m["mailer_dup_sends"] is not None else 0
+    statements = m["statements"]
     return {
         **m,
         "mailer": mailer,
+        "executor": executor,
         "cust_per_s": round(m["eligible"] / m["wall_s"], 1),
         **{f"{short}_s": assets.get(short) for short in (*common.ASSETS.values(), "checks")},
-        "stmts_per_cust": round(m["statements"] / max(m["eligible"], 1), 1),
+        # None for multiprocess: the step processes' statements are not counted
+        "stmts_per_cust": (
+            None if statements is None else round(statements / max(m["eligible"], 1), 1)
+        ),
+        # an in-process run has no children; multiprocess: the largest step process
+        "rss_children_mb": m["rss_children_mb"] if executor == "multiprocess" else None,
         "accounted": "ok" if m["accounted"] else f"FAIL {m['states']}",
         # the outbox cannot hold two files of one key, so there the ledger is the only witness
         "dup_sends": dup + m["ledger_double_sends"],
@@ -76,29 +99,79 @@ def _capped(size: int, previous: dict[str, Any] | None, budget: float) -> int:
     return max(int(previous["customers"]), int(budget / per_customer) // step * step)
 
 
+def _variants(opts: Options) -> list[tuple[str, str, str]]:
+    """(backend, mailer, executor) per size: multiprocess only for postgres + inproc mailer."""
+    return [
+        (backend, mailer, executor)
+        for executor in opts.executors
+        for backend in opts.backends
+        for mailer in opts.mailers
+        if executor == "inproc" or (backend, mailer) == ("postgres", "inproc")
+    ]
+
+
+def _measure(backend: str, mailer: str, executor: str, customers: int) -> dict[str, Any]:
+    """One row's run; multiprocess starts steps from a forkserver, or with spawn if that fails."""
+    if executor == "inproc":
+        m = common.measure_in_child(MODULE, backend, customers, mailer=mailer)
+        return _row(backend, mailer, executor, m)
+    note = None
+    for start in (START_METHOD, FALLBACK_START_METHOD):
+        try:
+            m = common.measure_in_child(
+                MODULE,
+                backend,
+                customers,
+                mailer=mailer,
+                executor="multiprocess",
+                processes=PROCESSES,
+                start_method=start,
+            )
+        except RuntimeError as e:
+            if start == FALLBACK_START_METHOD:
+                raise
+            cause = str(e).strip().splitlines()[-1][:120]
+            note = f"{start} failed ({cause}); {FALLBACK_START_METHOD}"
+            common.progress(f"{MODULE}: {note}")
+            continue
+        row = _row(backend, mailer, executor, m)
+        row["start_method"] = start
+        if note:
+            row["note"] = note
+        if m["rss_children_mb"] is None:
+            row["note"] = ((note + "; ") if note else "") + "step processes' peak RSS not seen"
+        return row
+    raise AssertionError("unreachable")
+
+
 def run(opts: Options) -> dict[str, Any]:
     rows: list[dict[str, Any]] = []
-    last: dict[tuple[str, str], dict[str, Any]] = {}
+    last: dict[tuple[str, str, str], dict[str, Any]] = {}
     for size in opts.sizes:
-        for backend in opts.backends:
-            for mailer in opts.mailers:
-                if backend == "postgres" and not common.pg_available():
-                    rows.append(
-                        {"backend": backend, "mailer": mailer, "customers": size}
-                        | {"note": common.SKIPPED_PG}
-                    )
-                    continue
-                customers = _capped(size, last.get((backend, mailer)), opts.max_run_seconds)
-                m = common.measure_in_child(MODULE, backend, customers, mailer=mailer)
-                row = _row(backend, mailer, m)
-                if customers != size:
-                    row["note"] = f"capped from {size:,} (--max-run-seconds)"
-                rows.append(row)
-                last[(backend, mailer)] = row
+        for backend, mailer, executor in _variants(opts):
+            if backend == "postgres" and not common.pg_available():
+                rows.append(
+                    {"backend": backend, "mailer": mailer, "executor": executor}
+                    | {"customers": size, "note": common.SKIPPED_PG}
+                )
+                continue
+            key = (backend, mailer, executor)
+            customers = _capped(size, last.get(key), opts.max_run_seconds)
+            row = _measure(backend, mailer, executor, customers)
+            if customers != size:
+                note = f"capped from {size:,} (--max-run-seconds)"
+                row["note"] = f"{row['note']}; {note}" if row.get("note") else note
+            rows.append(row)
+            last[key] = row
     common.print_table(
-        "End to end: weekly_digest_job in-process, one fresh process per row; cust_per_s = "
-        "eligible / wall; <asset>_s from step events (checks_s: sum of check steps); stmts = "
-        "ledger database only; rss_mb = peak RSS of the run's process (it has no children)",
+        "End to end: weekly_digest_job, one fresh process per row; executor inproc = "
+        "execute_in_process (one process), multiprocess = execute_job with "
+        f"{PROCESSES} step processes ({START_METHOD}); cust_per_s = eligible / wall; <asset>_s "
+        "from step events (checks_s: sum of check steps; multiprocess deliveries_s includes its "
+        "batch steps' process start-up); stmts = ledger database only, "
+        "in-process rows only ('-' for multiprocess: the step processes' statements are not "
+        "counted); rss_mb = peak RSS of the run's process, rss_children_mb = of the largest "
+        "step process",
         rows,
         COLUMNS,
     )
@@ -115,11 +188,17 @@ def main(argv: Sequence[str]) -> int:
     p.add_argument("--large", action="store_true", help=f"also {LARGE:,} customers")
     p.add_argument("--backends", type=common.str_list, default=list(BACKENDS))
     p.add_argument("--mailers", type=common.str_list, default=list(MAILERS))
+    p.add_argument(
+        "--executors",
+        type=common.str_list,
+        default=list(EXECUTORS),
+        help="inproc, multiprocess (the latter only for postgres + inproc mailer)",
+    )
     p.add_argument("--max-run-seconds", type=float, default=Options.max_run_seconds)
     p.add_argument("--json-dir", type=Path, default=common.DEFAULT_JSON_DIR)
     a = p.parse_args(argv)
     sizes = [*a.sizes, LARGE] if a.large else a.sizes
-    run(Options(sizes, a.backends, a.mailers, a.max_run_seconds, a.json_dir))
+    run(Options(sizes, a.backends, a.mailers, a.executors, a.max_run_seconds, a.json_dir))
     return 0
 
 

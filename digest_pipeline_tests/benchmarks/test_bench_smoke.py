@@ -53,6 +53,17 @@ def test_postgres_variants_are_reported_as_skipped_without_a_url(tmp_path, monke
         rows = load(tmp_path, name)["rows"]
         assert rows
         assert all(r["note"] == common.SKIPPED_PG for r in rows)
+    assert [r["executor"] for r in load(tmp_path, "e2e")["rows"]] == ["inproc", "multiprocess"]
+
+
+def test_e2e_runs_multiprocess_only_on_postgres_with_the_zero_latency_mailer():
+    opts = e2e.Options(backends=e2e.BACKENDS, mailers=e2e.MAILERS, executors=e2e.EXECUTORS)
+    assert [v for v in e2e._variants(opts) if v[2] == "multiprocess"] == [
+        ("postgres", "inproc", "multiprocess")
+    ]
+    assert common.run_config("multiprocess", 2, "forkserver")["execution"] == {
+        "config": {"multiprocess": {"max_concurrent": 2, "start_method": {"forkserver": {}}}}
+    }
 
 
 def test_side_by_side_compares_one_step_per_customer_with_batches(tmp_path):
