@@ -6,16 +6,15 @@ ledger's `BEGIN IMMEDIATE` write transaction is open, and a read through the led
 would wait for the very writer it feeds.
 """
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from datetime import datetime
-from itertools import islice
-from typing import TypeVar
 
 from sqlalchemy import Engine, create_engine, select
 from sqlalchemy.pool import NullPool
 
 from digest_pipeline.adapters.sql_schema import customers, orders, products
 from digest_pipeline.domain.catalogue import Order, Product
+from digest_pipeline.domain.chunks import chunked
 from digest_pipeline.domain.model import Customer
 from digest_pipeline.ports import CustomerSource
 
@@ -23,14 +22,6 @@ STREAM_ROWS = 10_000
 #: customer ids per `IN (…)` list: far below every driver's bound-parameter limit
 IDS = 500
 SQLITE_READ_TIMEOUT_SECONDS = 30
-
-T = TypeVar("T")
-
-
-def _batches(items: Iterable[T], size: int) -> Iterator[list[T]]:
-    it = iter(items)
-    while batch := list(islice(it, size)):
-        yield batch
 
 
 def _reader(engine: Engine) -> Engine:
@@ -98,7 +89,7 @@ class SqlCustomerSource(CustomerSource):
     ) -> Iterator[Order]:
         o = orders.c
         with self._engine.connect() as conn:
-            for ids in _batches(sorted(set(customer_ids)), IDS):
+            for ids in chunked(sorted(set(customer_ids)), IDS):
                 # the IN list is what makes this cheap: it reads the customers' rows off the
                 # customer_id index instead of scanning the window for each chunk of customers
                 q = select(o.order_id, o.customer_id, o.product_id, o.ordered_at).where(

@@ -7,8 +7,7 @@ PostgreSQL and a serialized `BEGIN IMMEDIATE` transaction on SQLite.
 
 from collections.abc import Collection, Iterable, Iterator, Sequence
 from datetime import datetime, timedelta
-from itertools import islice
-from typing import Any, TypeVar
+from typing import Any
 
 from sqlalchemy import (
     ColumnElement,
@@ -42,6 +41,7 @@ from digest_pipeline.adapters.sql_schema import (
     period_runs,
     work_items,
 )
+from digest_pipeline.domain.chunks import chunked
 from digest_pipeline.domain.errors import DigestError, LostRace, SnapshotMissing, UnknownWorkItem
 from digest_pipeline.domain.failures import FailureClass, SendOutcome
 from digest_pipeline.domain.model import (
@@ -69,7 +69,6 @@ from digest_pipeline.domain.states import TERMINAL, DeliveryState, check_transit
 from digest_pipeline.ports import Ledger
 
 S = DeliveryState
-T = TypeVar("T")
 CHUNK = 5_000
 #: an enqueue that creates this many items refreshes the table's planner statistics
 ANALYZE_AFTER = 1_000
@@ -79,12 +78,6 @@ wi = work_items
 #: a throttled attempt gives its budget unit back (one shared expression, so transitions that
 #: refund group into one statement)
 REFUND = wi.c.budget_used - 1
-
-
-def _chunks(rows: Iterable[T], size: int = CHUNK) -> Iterator[list[T]]:
-    it = iter(rows)
-    while chunk := list(islice(it, size)):
-        yield chunk
 
 
 def _due(now: datetime, period: Period | None) -> ColumnElement[bool]:
@@ -180,7 +173,7 @@ class SqlLedger(Ledger):
                     yield {"period": p, "customer_id": e.customer_id, "recipient": e.recipient}
 
             try:
-                for chunk in _chunks(rows()):
+                for chunk in chunked(rows(), CHUNK):
                     conn.execute(insert(eligibility_snapshot), chunk)
             except IntegrityError as e:
                 raise ValueError(f"duplicate customer id in the snapshot of {period}") from e
@@ -251,7 +244,7 @@ class SqlLedger(Ledger):
         }
         found: dict[OperationKey, str] = {}
         with self._engine.connect() as conn:
-            for chunk in _chunks(by_customer, KEYS):
+            for chunk in chunked(by_customer, KEYS):
                 q = select(es.c.period, es.c.customer_id, es.c.recipient).where(
                     # plain INs first: an index search on SQLite, which scans for row values
                     es.c.period.in_({p for p, _ in chunk}),
@@ -275,7 +268,7 @@ class SqlLedger(Ledger):
             for r in rows
         )
         with self._engine.begin() as conn:
-            for chunk in _chunks(values):
+            for chunk in chunked(values, CHUNK):
                 conn.execute(insert(digest_rows), chunk)
                 written += len(chunk)
         return written
@@ -294,7 +287,7 @@ class SqlLedger(Ledger):
         by_name = {str(k): k for k in keys}
         dr = digest_rows
         with self._engine.connect() as conn:
-            for chunk in _chunks(by_name, KEYS):
+            for chunk in chunked(by_name, KEYS):
                 q = (
                     select(dr.c.operation_key, dr.c.position, dr.c.payload)
                     .where(dr.c.operation_key.in_(chunk))
@@ -420,7 +413,7 @@ class SqlLedger(Ledger):
         numbers: dict[str, int] = {}
         ids: dict[str, int] = {}
         with self._engine.begin() as conn:
-            for chunk in _chunks(claims, KEYS):
+            for chunk in chunked(claims, KEYS):
                 guard = [(str(c.key), c.token) for c in chunk]
                 numbers.update(
                     conn.execute(
@@ -579,7 +572,7 @@ class SqlLedger(Ledger):
     def _lost(self, conn: Connection, ts: Sequence[Transition]) -> dict[str, DigestError]:
         """Which of `ts` did not apply: their rows do not show their target, token and time."""
         rows: dict[str, Any] = {}
-        for chunk in _chunks([str(t.key) for t in ts], KEYS):
+        for chunk in chunked([str(t.key) for t in ts], KEYS):
             q = select(wi.c.operation_key, wi.c.state, wi.c.lease_token, wi.c.updated_at)
             rows.update(
                 (r.operation_key, r) for r in conn.execute(q.where(wi.c.operation_key.in_(chunk)))
@@ -599,7 +592,7 @@ class SqlLedger(Ledger):
         """The dead-letter, replay and audit rows that go with applied transitions."""
         dying = [str(t.key) for t in ts if t.dead_letter_reason is not None]
         after: dict[str, Any] = {}
-        for chunk in _chunks(dying, KEYS):
+        for chunk in chunked(dying, KEYS):
             q = select(wi).where(wi.c.operation_key.in_(chunk))
             after.update((r["operation_key"], r) for r in conn.execute(q).mappings())
         dead = [
@@ -654,7 +647,7 @@ class SqlLedger(Ledger):
     ) -> dict[str, DigestError]:
         """The error for each key that matched no guarded row: unknown key, or a lost race."""
         states: dict[str, str] = {}
-        for chunk in _chunks([str(k) for k in keys], KEYS):
+        for chunk in chunked([str(k) for k in keys], KEYS):
             q = select(wi.c.operation_key, wi.c.state).where(wi.c.operation_key.in_(chunk))
             states.update((k, state) for k, state in conn.execute(q))
         return {
@@ -724,7 +717,7 @@ class SqlLedger(Ledger):
     def items_of(self, keys: Sequence[OperationKey]) -> dict[OperationKey, WorkItem]:
         found: dict[OperationKey, WorkItem] = {}
         with self._engine.connect() as conn:
-            for chunk in _chunks({str(k) for k in keys}, KEYS):
+            for chunk in chunked({str(k) for k in keys}, KEYS):
                 q = select(wi).where(wi.c.operation_key.in_(chunk))
                 for r in conn.execute(q).mappings():
                     item = sql_rows.work_item(r)
@@ -807,7 +800,7 @@ class SqlLedger(Ledger):
         if not items:
             return []
         out: list[CleanupReceipt | DigestError] = []
-        for chunk in _chunks(items, KEYS):
+        for chunk in chunked(items, KEYS):
             with self._engine.begin() as conn:
                 out.extend(self._clean_chunk(conn, chunk, mode, now))
         return out

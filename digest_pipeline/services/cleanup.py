@@ -7,8 +7,8 @@ with its unique cleanup row and its `sent → cleaned` compare-and-set.
 import logging
 from collections import Counter
 from dataclasses import dataclass, field
-from itertools import islice
 
+from digest_pipeline.domain.chunks import chunked
 from digest_pipeline.domain.errors import DigestError, LostRace
 from digest_pipeline.domain.gate import cleanup_gate
 from digest_pipeline.domain.model import CleanupMode
@@ -37,7 +37,7 @@ def clean_period(
     # The gate decides item by item (a page at a time); the ledger then cleans the page's
     # open items in one transaction and enforces the same rule itself.
     items = ledger.iter_items(period, page=page)
-    while page_items := list(islice(items, page)):
+    for page_items in chunked(items, page):
         chosen = []
         for item in page_items:
             gate = cleanup_gate(item.state)

@@ -14,13 +14,12 @@ the next run, skipping them, finishes the rest.
 
 import logging
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
-from itertools import islice
-from typing import TypeVar
 
 from digest_pipeline.domain.catalogue import Order, PickPlan, digest_rows_for
+from digest_pipeline.domain.chunks import chunked
 from digest_pipeline.domain.errors import SnapshotMissing
 from digest_pipeline.domain.model import DigestRow
 from digest_pipeline.domain.periods import OperationKey, Period
@@ -33,14 +32,6 @@ _DONE = frozenset({DeliveryState.SENT, DeliveryState.CLEANED})
 #: customers per chunk: large enough that per-chunk queries are few, small enough that a chunk's
 #: orders and rows (a few megabytes) do not show in the process's peak
 CHUNK = 5_000
-
-T = TypeVar("T")
-
-
-def _batches(items: Iterable[T], size: int) -> Iterator[list[T]]:
-    it = iter(items)
-    while batch := list(islice(it, size)):
-        yield batch
 
 
 @dataclass(frozen=True)
@@ -91,7 +82,7 @@ def generate_content(
     plan = PickPlan(products, popularity, period)
 
     customers = rows = skipped = empty = 0
-    for entries in _batches(ledger.iter_snapshot_entries(period, page=chunk), chunk):
+    for entries in chunked(ledger.iter_snapshot_entries(period, page=chunk), chunk):
         keys = [OperationKey(period, e.customer_id) for e in entries]
         needed = _needing_content(ledger, keys)
         skipped += len(keys) - len(needed)

@@ -15,9 +15,9 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
-from itertools import islice
 from typing import Any
 
+from digest_pipeline.domain.chunks import chunked
 from digest_pipeline.domain.errors import DigestError, LostRace, RenderError
 from digest_pipeline.domain.failures import FailureClass, SendOutcome
 from digest_pipeline.domain.model import (
@@ -405,11 +405,6 @@ def wave_shape(concurrency: int) -> tuple[int, int]:
     return size, concurrency // size
 
 
-def _waves(claims: list[Claim], size: int) -> list[list[Claim]]:
-    it = iter(claims)
-    return list(iter(lambda: list(islice(it, size)), []))
-
-
 def deliver_due(
     deliverer: Deliverer,
     *,
@@ -440,7 +435,7 @@ def deliver_due(
                 return
             report.claimed += len(claims)
             content = deliverer.content(claims)
-            for wave in _waves(claims, size):
+            for wave in chunked(claims, size):
                 yield wave, content
 
     # `depth` waves overlap: while some waves' sends are in flight, this thread records the

@@ -51,9 +51,11 @@ def unknown_item(clock: FixedClock, mailer: FakeMailer, *, accepted: bool) -> Fa
     return ledger
 
 
-def unknown_with_late_confirmation(clock: FixedClock) -> FakeLedger:
+def unknown_with_a_late_result(
+    clock: FixedClock, outcome: SendOutcome, target: DeliveryState
+) -> FakeLedger:
     """The lease expired while the attempt was open (→ unknown), then the slow worker recorded
-    the provider's confirmation: the attempt is closed as sent, its transition lost the race."""
+    its outcome: the attempt is closed with it, its transition lost the race."""
     ledger = frozen_ledger(1)
     [claim] = ledger.claim_due(clock.now(), "w-slow", POLICY.lease, limit=1)
     ticket = ledger.start_attempt(claim, clock.now())
@@ -61,11 +63,14 @@ def unknown_with_late_confirmation(clock: FixedClock) -> FakeLedger:
     assert ledger.recover_expired_leases(clock.now()).unknown == (key_of(1),)
     with pytest.raises(LostRace):
         ledger.complete(
-            ticket,
-            SendOutcome.sent("msg-late"),
-            Transition(key_of(1), S.CLAIMED, claim.token, S.SENT, clock.now()),
+            ticket, outcome, Transition(key_of(1), S.CLAIMED, claim.token, target, clock.now())
         )
     return ledger
+
+
+def unknown_with_late_confirmation(clock: FixedClock) -> FakeLedger:
+    """... and the outcome was the provider's confirmation."""
+    return unknown_with_a_late_result(clock, SendOutcome.sent("msg-late"), S.SENT)
 
 
 def reconcile(ledger: FakeLedger, mailer: FakeMailer, clock: FixedClock):
@@ -347,20 +352,9 @@ def test_unknown_after_the_window_closed_is_not_turned_into_a_resend_that_cannot
 
 
 def unknown_after_a_slow_transient_failure(clock: FixedClock) -> FakeLedger:
-    """The lease ran out mid-send (→ unknown), then the slow attempt came back transient: the
-    ledger itself proves the provider never took the message."""
-    ledger = frozen_ledger(1)
-    [claim] = ledger.claim_due(clock.now(), "w-slow", POLICY.lease, limit=1)
-    ticket = ledger.start_attempt(claim, clock.now())
-    clock.advance(POLICY.lease)
-    assert ledger.recover_expired_leases(clock.now()).unknown == (key_of(1),)
-    with pytest.raises(LostRace):
-        ledger.complete(
-            ticket,
-            SendOutcome.failed(FailureClass.TRANSIENT, "connection_refused"),
-            Transition(key_of(1), S.CLAIMED, claim.token, S.RETRY_SCHEDULED, clock.now()),
-        )
-    return ledger
+    """... and the outcome was transient: the ledger itself proves nothing left."""
+    refused = SendOutcome.failed(FailureClass.TRANSIENT, "connection_refused")
+    return unknown_with_a_late_result(clock, refused, S.RETRY_SCHEDULED)
 
 
 def test_unknown_whose_attempts_all_closed_as_not_accepted_is_due_again(clock):
