@@ -469,18 +469,18 @@ def env(values: Mapping[str, str | None]) -> Iterator[None]:
     """Sets (or, for None, removes) environment variables for the block."""
     saved = {k: os.environ.get(k) for k in values}
     try:
-        for k, v in values.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+        _set_env(values)
         yield
     finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+        _set_env(saved)
+
+
+def _set_env(values: Mapping[str, str | None]) -> None:
+    for k, v in values.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
 
 
 def progress(line: str) -> None:
@@ -581,6 +581,17 @@ def write_json(json_dir: Path, name: str, payload: Mapping[str, Any]) -> Path:
         encoding="utf-8",
     )
     return path
+
+
+def publish(name: str, rows: list[dict[str, Any]], opts: Any, **extra: Any) -> dict[str, Any]:
+    """Writes a benchmark's rows, options (a dataclass with `json_dir`) and extras as its JSON."""
+    payload = {
+        "rows": rows,
+        **extra,
+        "options": {**vars(opts), "json_dir": str(opts.json_dir)},
+    }
+    write_json(opts.json_dir, name, payload)
+    return payload
 
 
 def int_list(text: str) -> list[int]:

@@ -175,9 +175,7 @@ def run(opts: Options) -> dict[str, Any]:
         rows,
         COLUMNS,
     )
-    payload = {"rows": rows, "options": {**opts.__dict__, "json_dir": str(opts.json_dir)}}
-    common.write_json(opts.json_dir, "e2e", payload)
-    return payload
+    return common.publish("e2e", rows, opts)
 
 
 def main(argv: Sequence[str]) -> int:

@@ -158,9 +158,7 @@ def run(opts: Options) -> dict[str, Any]:
         rows,
         COLUMNS,
     )
-    payload = {"rows": rows, "options": {**opts.__dict__, "json_dir": str(opts.json_dir)}}
-    common.write_json(opts.json_dir, "latency", payload)
-    return payload
+    return common.publish("latency", rows, opts)
 
 
 def main(argv: Sequence[str]) -> int:

@@ -97,9 +97,7 @@ def run(opts: Options) -> dict[str, Any]:
         rows,
         COLUMNS,
     )
-    payload = {"rows": rows, "options": {**opts.__dict__, "json_dir": str(opts.json_dir)}}
-    common.write_json(opts.json_dir, "scale_out", payload)
-    return payload
+    return common.publish("scale_out", rows, opts)
 
 
 def main(argv: Sequence[str]) -> int:

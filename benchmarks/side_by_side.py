@@ -87,13 +87,7 @@ def run(opts: Options) -> dict[str, Any]:
         ratios,
         ("backend", "run_ratio", "delivery_ratio"),
     )
-    payload = {
-        "rows": rows,
-        "ratios": ratios,
-        "options": {**opts.__dict__, "json_dir": str(opts.json_dir)},
-    }
-    common.write_json(opts.json_dir, "side_by_side", payload)
-    return payload
+    return common.publish("side_by_side", rows, opts, ratios=ratios)
 
 
 def main(argv: Sequence[str]) -> int:
