@@ -8,6 +8,7 @@ that names the variable.
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
+from email.policy import SMTP
 from pathlib import Path
 from typing import TypeVar
 
@@ -82,6 +83,20 @@ def _read(env: Mapping[str, str], name: str, default: T, parse: Callable[[str], 
         return parse(raw)
     except ValueError as e:
         raise InvalidSetting(f"{name}={raw!r}: {e}") from e
+
+
+def _sender(raw: str) -> str:
+    """One address as a From header holds it: `digest@shop.example` or `Shop <digest@…>`."""
+    try:
+        header = SMTP.header_factory("From", raw)
+        ok = len(header.addresses) == 1 and not header.defects
+        ok = ok and bool(header.addresses[0].username and header.addresses[0].domain)
+    except Exception:
+        # the email package's parser crashes (IndexError, AttributeError, …) on some inputs
+        ok = False
+    if not ok:
+        raise ValueError("must be one email address, e.g. digest@shop.example")
+    return raw
 
 
 def _positive_int(raw: str) -> int:
@@ -186,7 +201,8 @@ def load_settings(env: Mapping[str, str], root: Path) -> Settings:
         database_url=_read(env, "DIGEST_DATABASE_URL", default_database_url(root), str),
         mailer=mailer,
         outbox_dir=_read(env, "DIGEST_OUTBOX_DIR", root / ".digest" / "outbox", Path),
-        from_address=_read(env, "DIGEST_FROM_ADDRESS", "digest@example.com", str),
+        # checked here, so a bad sender stops the run at start instead of failing every item
+        from_address=_read(env, "DIGEST_FROM_ADDRESS", "digest@example.com", _sender),
         policy=policy,
         batch_size=_read(env, "DIGEST_BATCH_SIZE", 5_000, _positive_int),
         concurrency=_read(env, "DIGEST_CONCURRENCY", 16, _positive_int),

@@ -63,10 +63,15 @@ def test_bad_input_is_one_line_on_stderr_and_exit_code_2(env, argv, message):
     assert message in err
 
 
-def test_a_bad_setting_is_refused_before_anything_is_written(env, tmp_path):
-    code, _, err = digest({**env, "DIGEST_RETRY_MAX_ATTEMPTS": "zero"}, "seed", "--customers", "5")
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [("DIGEST_RETRY_MAX_ATTEMPTS", "zero"), ("DIGEST_FROM_ADDRESS", "digest@")],
+)
+def test_a_bad_setting_is_refused_before_anything_is_written(env, tmp_path, name, value):
+    code, _, err = digest({**env, name: value}, "seed", "--customers", "5")
     assert code == 2
-    assert "DIGEST_RETRY_MAX_ATTEMPTS" in err
+    assert name in err
+    assert err.count("\n") == 1
     assert not (tmp_path / "digest.db").exists()
 
 

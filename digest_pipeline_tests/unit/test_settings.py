@@ -50,6 +50,10 @@ def test_settings_are_read_from_the_digest_variables():
         ("DIGEST_MAILER", "carrier-pigeon"),  # one of outbox, smtp, http
         ("DIGEST_CLEANUP_MODE", "shred"),  # archive or delete
         ("DIGEST_BATCH_SIZE", "0"),
+        ("DIGEST_FROM_ADDRESS", "not an address"),
+        ("DIGEST_FROM_ADDRESS", "a@shop.example, b@shop.example"),  # one sender
+        ("DIGEST_FROM_ADDRESS", "digest@"),  # the parser crashes on this one
+        ("DIGEST_FROM_ADDRESS", "x@["),
     ],
 )
 def test_a_bad_value_is_a_one_line_error_naming_the_variable(name, value):
@@ -114,3 +118,8 @@ def test_operators_are_a_comma_separated_list_and_empty_means_anyone():
     assert load_settings({}, ROOT).operators == frozenset()
     listed = load_settings({"DIGEST_OPERATORS": " alice, bob ,,"}, ROOT).operators
     assert listed == frozenset({"alice", "bob"})
+
+
+@pytest.mark.parametrize("sender", ["digest@shop.example", "Example Shop <digest@shop.example>"])
+def test_a_sender_may_carry_a_display_name(sender):
+    assert load_settings({"DIGEST_FROM_ADDRESS": sender}, ROOT).from_address == sender
