@@ -13,6 +13,7 @@ from sqlalchemy import (
     ColumnElement,
     Connection,
     Engine,
+    Select,
     and_,
     bindparam,
     exists,
@@ -83,6 +84,11 @@ REFUND = wi.c.budget_used - 1
 def _due(now: datetime, period: Period | None) -> ColumnElement[bool]:
     due = and_(text(f"work_items.{CLAIMABLE_SQL}"), wi.c.next_attempt_at <= now)
     return due if period is None else and_(due, wi.c.period == str(period))
+
+
+def _period_items(period: Period, states: Iterable[DeliveryState] | None) -> Select[Any]:
+    q = select(wi).where(wi.c.period == str(period))
+    return q if states is None else q.where(wi.c.state.in_([s.value for s in states]))
 
 
 def _update_values(t: Transition) -> dict[str, Any]:
@@ -230,12 +236,7 @@ class SqlLedger(Ledger):
             after = entries[-1].customer_id
 
     def recipient(self, key: OperationKey) -> str | None:
-        es = eligibility_snapshot
-        q = select(es.c.recipient).where(
-            es.c.period == str(key.period), es.c.customer_id == key.customer_id
-        )
-        with self._engine.connect() as conn:
-            return conn.execute(q).scalar_one_or_none()
+        return self.recipients([key]).get(key)
 
     def recipients(self, keys: Sequence[OperationKey]) -> dict[OperationKey, str]:
         es = eligibility_snapshot
@@ -274,13 +275,7 @@ class SqlLedger(Ledger):
         return written
 
     def digest_rows(self, key: OperationKey) -> list[DigestRow]:
-        q = (
-            select(digest_rows.c.position, digest_rows.c.payload)
-            .where(digest_rows.c.operation_key == str(key))
-            .order_by(digest_rows.c.position, digest_rows.c.row_id)
-        )
-        with self._engine.connect() as conn:
-            return [DigestRow(key, r.position, r.payload) for r in conn.execute(q)]
+        return self.digest_rows_of([key])[key]
 
     def digest_rows_of(self, keys: Sequence[OperationKey]) -> dict[OperationKey, list[DigestRow]]:
         found: dict[OperationKey, list[DigestRow]] = {k: [] for k in keys}
@@ -710,9 +705,7 @@ class SqlLedger(Ledger):
         )
 
     def get(self, key: OperationKey) -> WorkItem | None:
-        with self._engine.connect() as conn:
-            r = conn.execute(select(wi).where(wi.c.operation_key == str(key))).mappings().first()
-        return sql_rows.work_item(r) if r is not None else None
+        return self.items_of([key]).get(key)
 
     def items_of(self, keys: Sequence[OperationKey]) -> dict[OperationKey, WorkItem]:
         found: dict[OperationKey, WorkItem] = {}
@@ -727,19 +720,15 @@ class SqlLedger(Ledger):
     def items(
         self, period: Period, states: Iterable[DeliveryState] | None = None
     ) -> list[WorkItem]:
-        q = select(wi).where(wi.c.period == str(period))
-        if states is not None:
-            q = q.where(wi.c.state.in_([s.value for s in states]))
         with self._engine.connect() as conn:
-            items = [sql_rows.work_item(r) for r in conn.execute(q).mappings()]
+            rows = conn.execute(_period_items(period, states)).mappings()
+            items = [sql_rows.work_item(r) for r in rows]
         return sorted(items, key=lambda i: str(i.key))
 
     def iter_items(
         self, period: Period, states: Iterable[DeliveryState] | None = None, page: int = 1_000
     ) -> Iterator[WorkItem]:
-        q = select(wi).where(wi.c.period == str(period))
-        if states is not None:
-            q = q.where(wi.c.state.in_([s.value for s in states]))
+        q = _period_items(period, states)
         after: str | None = None
         while True:
             # keyset pagination: each page is its own short read, nothing is held open between

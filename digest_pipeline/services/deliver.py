@@ -58,11 +58,6 @@ class DeliveryReport:
     #: claims whose compare-and-set lost to another worker or the lease sweeper
     lost_races: int = 0
 
-    def merge(self, other: "DeliveryReport") -> None:
-        self.claimed += other.claimed
-        self.outcomes.update(other.outcomes)
-        self.lost_races += other.lost_races
-
     def count(self, states: Sequence[str]) -> None:
         for state in states:
             if state == LOST_RACE:
