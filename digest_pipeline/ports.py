@@ -159,6 +159,10 @@ class Ledger(ABC):
         """`digest_rows` for many keys (every key present, possibly with no rows)."""
         return {k: self.digest_rows(k) for k in keys}
 
+    def keys_with_rows_of(self, keys: Sequence[OperationKey]) -> set[OperationKey]:
+        """Those of `keys` that have live generated rows (without reading the rows)."""
+        return {k for k, rows in self.digest_rows_of(keys).items() if rows}
+
     @abstractmethod
     def keys_with_rows(self, period: Period) -> set[OperationKey]:
         """The period's keys that have live generated rows."""

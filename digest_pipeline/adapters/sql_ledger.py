@@ -293,6 +293,16 @@ class SqlLedger(Ledger):
                     found[key].append(DigestRow(key, position, payload))
         return found
 
+    def keys_with_rows_of(self, keys: Sequence[OperationKey]) -> set[OperationKey]:
+        by_name = {str(k): k for k in keys}
+        found: set[OperationKey] = set()
+        dr = digest_rows
+        with self._engine.connect() as conn:
+            for chunk in chunked(by_name, KEYS):
+                q = select(dr.c.operation_key).where(dr.c.operation_key.in_(chunk)).distinct()
+                found.update(by_name[name] for name in conn.execute(q).scalars())
+        return found
+
     def keys_with_rows(self, period: Period) -> set[OperationKey]:
         q = (
             select(digest_rows.c.operation_key)

@@ -120,7 +120,7 @@ def generate_content(
 
 def _needing_content(ledger: Ledger, keys: Sequence[OperationKey]) -> list[OperationKey]:
     """The keys, in order, that have no live rows and whose item is neither sent nor cleaned."""
-    has_rows = {k for k, found in ledger.digest_rows_of(keys).items() if found}
+    has_rows = ledger.keys_with_rows_of(keys)
     fresh = [k for k in keys if k not in has_rows]
     done = {k for k, item in ledger.items_of(fresh).items() if item.state in _DONE}
     return [k for k in fresh if k not in done]

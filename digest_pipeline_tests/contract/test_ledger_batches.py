@@ -189,6 +189,7 @@ def test_recipients_and_rows_of_many_keys(ledger):
     rows = ledger.digest_rows_of([c, a, missing])
     assert rows == {c: ledger.digest_rows(c), a: ledger.digest_rows(a), missing: []}
     assert [r.position for r in rows[c]] == [0, 1, 2]
+    assert ledger.keys_with_rows_of([c, a, missing]) == {c, a}
 
 
 @pytest.mark.parametrize("page", [1, 2, 7, 1_000])
