@@ -4,6 +4,7 @@ It also holds the operator check of `resolve` and `replay`, the worker `sweep` b
 CLI's log handler: the services' `event=… key=…` lines on stderr, at `DIGEST_LOG_LEVEL`.
 """
 
+import argparse
 import getpass
 import json
 import logging
@@ -89,6 +90,21 @@ class Context:
 def latest_complete_period(ctx: Context) -> Period:
     """The week that has ended most recently: the one the weekly schedule runs now."""
     return Period.of((ctx.clock.now() - timedelta(days=7)).date())
+
+
+def add_period_argument(parser: argparse.ArgumentParser) -> None:
+    """`--period`, in the spellings `parse_period` accepts."""
+    parser.add_argument(
+        "--period", required=True, help="2026-W42, its Monday 2026-10-12, or latest"
+    )
+
+
+def add_operator_argument(parser: argparse.ArgumentParser) -> None:
+    """`--operator`, which `require_operator` checks against DIGEST_OPERATORS."""
+    parser.add_argument(
+        "--operator",
+        help="who is acting (default: the OS user); DIGEST_OPERATORS limits who may",
+    )
 
 
 def parse_period(ctx: Context, text: str) -> Period:

@@ -7,7 +7,16 @@ never an address or digest content.
 import argparse
 from typing import Any
 
-from digest_pipeline.cli.context import EXIT_OK, Context, emit_json, iso, parse_period, table, when
+from digest_pipeline.cli.context import (
+    EXIT_OK,
+    Context,
+    add_period_argument,
+    emit_json,
+    iso,
+    parse_period,
+    table,
+    when,
+)
 from digest_pipeline.domain.model import DeadLetterRecord
 
 HEADER = (
@@ -31,7 +40,7 @@ def register(sub: Any) -> None:
         description="List the period's dead-letter rows, oldest first: items that failed "
         "permanently or hit a retry bound. Replay a few of them with digest replay.",
     )
-    p.add_argument("--period", required=True, help="2026-W42, its Monday 2026-10-12, or latest")
+    add_period_argument(p)
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.set_defaults(handler=run_dead_letters)
 

@@ -13,6 +13,7 @@ from digest_pipeline.cli.context import (
     EXIT_OK,
     Context,
     UsageError,
+    add_period_argument,
     emit_json,
     iso,
     parse_period,
@@ -58,7 +59,7 @@ def register(sub: Any) -> None:
         "failure class and detail code, attempt times and lease. With --key, one item with "
         "every attempt, its dead-letter rows and its audit rows. Times are UTC.",
     )
-    p.add_argument("--period", required=True, help="2026-W42, its Monday 2026-10-12, or latest")
+    add_period_argument(p)
     p.add_argument("--state", help="only items in this state (e.g. unknown, retry_scheduled)")
     p.add_argument("--key", help="one operation key of the period: its attempts and audit rows")
     p.add_argument("--json", action="store_true", help="print JSON instead of tables")

@@ -7,7 +7,14 @@ It asks the ledger, then the configured mailer; what has no evidence stays `unkn
 import argparse
 from typing import Any
 
-from digest_pipeline.cli.context import EXIT_OK, Context, emit_json, parse_period, table
+from digest_pipeline.cli.context import (
+    EXIT_OK,
+    Context,
+    add_period_argument,
+    emit_json,
+    parse_period,
+    table,
+)
 from digest_pipeline.services.reconcile import ReconcileReport, reconcile_period
 
 
@@ -20,7 +27,7 @@ def register(sub: Any) -> None:
         "then the mailer's lookup or idempotent resend. Items without evidence stay unknown; "
         "resolve them with digest resolve.",
     )
-    p.add_argument("--period", required=True, help="2026-W42, its Monday 2026-10-12, or latest")
+    add_period_argument(p)
     p.add_argument("--json", action="store_true", help="print JSON instead of tables")
     p.set_defaults(handler=run_reconcile)
 

@@ -15,6 +15,8 @@ from digest_pipeline.cli.context import (
     EXIT_OK,
     Context,
     UsageError,
+    add_operator_argument,
+    add_period_argument,
     emit_json,
     parse_period,
     require_operator,
@@ -37,7 +39,7 @@ def register(sub: Any) -> None:
         "reconciled first: one with evidence of delivery is left alone. Replayed keys are "
         "delivered by the next digest sweep or sensor run.",
     )
-    p.add_argument("--period", required=True, help="2026-W42, its Monday 2026-10-12, or latest")
+    add_period_argument(p)
     p.add_argument(
         "--key", action="append", dest="keys", metavar="K", help="an operation key (repeatable)"
     )
@@ -47,10 +49,7 @@ def register(sub: Any) -> None:
         help="a file with one operation key per line (blank lines and # comments ignored)",
     )
     p.add_argument("--reason", required=True, help="why: recorded in each audit row")
-    p.add_argument(
-        "--operator",
-        help="who is acting (default: the OS user); DIGEST_OPERATORS limits who may",
-    )
+    add_operator_argument(p)
     p.add_argument("--dry-run", action="store_true", help="show the plan per key; change nothing")
     p.add_argument(
         "--max-keys",

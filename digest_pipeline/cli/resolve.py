@@ -11,6 +11,7 @@ from digest_pipeline.cli.context import (
     EXIT_OK,
     Context,
     UsageError,
+    add_operator_argument,
     emit_json,
     iso,
     require_operator,
@@ -40,10 +41,7 @@ def register(sub: Any) -> None:
         help="sent: the provider has it; not-sent: resend it with the same key",
     )
     p.add_argument("--reason", required=True, help="why: recorded in the audit row")
-    p.add_argument(
-        "--operator",
-        help="who is acting (default: the OS user); DIGEST_OPERATORS limits who may",
-    )
+    add_operator_argument(p)
     p.add_argument("--json", action="store_true", help="print JSON instead of a line")
     p.set_defaults(handler=run_resolve)
 

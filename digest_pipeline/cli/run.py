@@ -14,6 +14,7 @@ from digest_pipeline.cli.context import (
     EXIT_OK,
     Context,
     UsageError,
+    add_period_argument,
     parse_period,
     table,
 )
@@ -35,7 +36,7 @@ def register(sub: Any) -> None:
         "the asset checks, recorded in the project's Dagster instance (DAGSTER_HOME, default "
         ".digest/dagster_home). Re-running a period never sends a digest twice.",
     )
-    p.add_argument("--period", required=True, help="2026-W42, its Monday 2026-10-12, or latest")
+    add_period_argument(p)
     p.set_defaults(handler=run_period)
 
 

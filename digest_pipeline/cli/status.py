@@ -7,6 +7,7 @@ from digest_pipeline.cli.context import (
     EXIT_FAILED,
     EXIT_OK,
     Context,
+    add_period_argument,
     emit_json,
     parse_period,
     table,
@@ -22,7 +23,7 @@ def register(sub: Any) -> None:
         description="Read one period's state from the ledger. Exit code 1 when an invariant "
         "fails, so scripts and alerts can use it.",
     )
-    p.add_argument("--period", required=True, help="2026-W42, its Monday 2026-10-12, or latest")
+    add_period_argument(p)
     p.add_argument("--json", action="store_true", help="print JSON instead of tables")
     p.set_defaults(handler=run_status)
 
