@@ -23,6 +23,7 @@ from sqlalchemy import (
     Index,
     Integer,
     MetaData,
+    PrimaryKeyConstraint,
     String,
     Table,
     Text,
@@ -182,10 +183,10 @@ cleanups = Table(
 )
 
 
-def _digest_row_columns() -> list[Column[object]]:
+def _digest_row_columns(*, archived: bool) -> list[Column[object]]:
     return [
-        Column("row_id", Id, primary_key=True, autoincrement=True),
-        Column("operation_key", String(160), nullable=False, index=True),
+        Column("row_id", Id, primary_key=not archived, autoincrement=not archived, nullable=False),
+        Column("operation_key", String(160), nullable=False, index=not archived),
         Column("period", String(8), nullable=False),
         Column("customer_id", String(128), nullable=False),
         Column("position", Integer, nullable=False),
@@ -193,12 +194,19 @@ def _digest_row_columns() -> list[Column[object]]:
     ]
 
 
-digest_rows = Table("digest_rows", metadata, *_digest_row_columns())
+# AUTOINCREMENT because without it SQLite hands the ids of cleaned (deleted) rows to the next
+# week's rows; with it an id names one row ever, live or archived (migration 0004).
+digest_rows = Table(
+    "digest_rows", metadata, *_digest_row_columns(archived=False), sqlite_autoincrement=True
+)
 digest_rows_archive = Table(
     "digest_rows_archive",
     metadata,
-    *_digest_row_columns(),
+    *_digest_row_columns(archived=True),
     Column("archived_at", UtcDateTime, nullable=False),
+    # `row_id` is the live row's id, copied; ledgers from before 0004 reused ids across weeks,
+    # and the key (whose rows are archived once, by the cleanup guard) keeps those apart
+    PrimaryKeyConstraint("operation_key", "row_id"),
 )
 
 dead_letters = Table(
@@ -229,4 +237,15 @@ audit_log = Table(
     Column("from_state", String(16)),
     Column("to_state", String(16)),
     Column("reason", Text, nullable=False),
+)
+
+#: one row: the ledger's own identity, so a process can tell it opened the run's ledger and
+#: not an empty one that happens to answer on the same kind of URL (see defs/run_ledger.py)
+ledger_identity = Table(
+    "ledger_identity",
+    metadata,
+    Column("singleton", Integer, primary_key=True, autoincrement=False),
+    Column("ledger_id", String(36), nullable=False),
+    Column("created_at", UtcDateTime, nullable=False),
+    CheckConstraint("singleton = 1", name="singleton"),
 )

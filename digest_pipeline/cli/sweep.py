@@ -10,7 +10,14 @@ import socket
 from typing import Any
 
 from digest_pipeline.cli import reconcile
-from digest_pipeline.cli.context import EXIT_OK, Context, build_deliverer, emit_json, table
+from digest_pipeline.cli.context import (
+    EXIT_FAILED,
+    EXIT_OK,
+    Context,
+    build_deliverer,
+    emit_json,
+    table,
+)
 from digest_pipeline.services.cleanup import CleanupReport
 from digest_pipeline.services.sweep import SweepReport, sweep
 
@@ -53,6 +60,7 @@ def as_json(report: SweepReport) -> dict[str, object]:
             "lost_races": report.delivered.lost_races,
         },
         "cleaned": {str(p): _cleaned_json(c) for p, c in report.cleaned.items()},
+        "refused": {str(p): why for p, why in report.refused.items()},
     }
 
 
@@ -68,9 +76,13 @@ def run_sweep(ctx: Context, args: argparse.Namespace) -> int:
         concurrency=settings.concurrency,
         cleanup_mode=settings.cleanup_mode,
     )
+    # A missed week left alone is not a clean sweep: exit 1, so a cron job's alert fires.
+    status = EXIT_FAILED if report.refused else EXIT_OK
+    for why in report.refused.values():
+        ctx.err.write(f"refused: {why}\n")
     if args.json:
         emit_json(ctx, as_json(report))
-        return EXIT_OK
+        return status
     recovered = report.recovered
     ctx.write(
         f"expired leases: {len(recovered.requeued)} requeued, {len(recovered.unknown)} unknown"
@@ -97,4 +109,4 @@ def run_sweep(ctx: Context, args: argparse.Namespace) -> int:
     rows += [(f"ended {s}", n) for s, n in sorted(delivered.outcomes.items())]
     rows.append(("lost races", delivered.lost_races))
     table(ctx, rows, ("delivery", "items"))
-    return EXIT_OK
+    return status

@@ -25,6 +25,7 @@ from digest_pipeline.adapters.customer_source import SqlCustomerSource
 from digest_pipeline.adapters.factory import build_composer, build_mailer
 from digest_pipeline.adapters.sql_engine import create_ledger_engine, migrate
 from digest_pipeline.adapters.sql_ledger import SqlLedger
+from digest_pipeline.defs.run_ledger import open_run_ledger
 from digest_pipeline.domain.model import CleanupMode
 from digest_pipeline.domain.policy import DeliveryPolicy
 from digest_pipeline.ports import Composer, CustomerSource, Ledger, Mailer
@@ -38,15 +39,24 @@ def _load(**overrides: object) -> Settings:
     return load_settings(env, Path.cwd())
 
 
+def _migrated_engine(url: str) -> Engine:
+    engine = create_ledger_engine(url)
+    migrate(engine)
+    return engine
+
+
 class _EngineResource(dg.ConfigurableResource[Any]):
     """Opens (and migrates) the ledger database for one run; disposes of it afterwards."""
 
     database_url: str | None = None
     _engine: Engine | None = PrivateAttr(default=None)
 
-    def _open(self) -> Engine:
-        self._engine = create_ledger_engine(_load(database_url=self.database_url).database_url)
-        migrate(self._engine)
+    def _open(self, context: dg.InitResourceContext) -> Engine:
+        url = _load(database_url=self.database_url).database_url
+        implicit = self.database_url is None and not os.environ.get("DIGEST_DATABASE_URL")
+        self._engine = open_run_ledger(
+            context, url, implicit, _migrated_engine, SystemClock().now()
+        )
         return self._engine
 
     def teardown_after_execution(self, context: dg.InitResourceContext) -> None:
@@ -58,14 +68,14 @@ class LedgerResource(_EngineResource):
     """The SQL ledger on `DIGEST_DATABASE_URL` (an SQLite file under `.digest/` by default)."""
 
     def create_resource(self, context: dg.InitResourceContext) -> Ledger:
-        return SqlLedger(self._open())
+        return SqlLedger(self._open(context))
 
 
 class CustomerSourceResource(_EngineResource):
     """The shop's customers, catalogue and orders, from the tables in the ledger database."""
 
     def create_resource(self, context: dg.InitResourceContext) -> CustomerSource:
-        return SqlCustomerSource(self._open())
+        return SqlCustomerSource(self._open(context))
 
 
 class MailerResource(dg.ConfigurableResource[Mailer]):
@@ -151,6 +161,7 @@ class DeliveryResource(dg.ConfigurableResource["DeliveryResource"]):
     lease_seconds: float | None = None
     delivery_window_seconds: float | None = None
     unknown_retention_seconds: float | None = None
+    late_window_seconds: float | None = None
     stale_after_seconds: float = 6 * 3600.0
     dead_letter_rate_threshold: float = 0.05
 

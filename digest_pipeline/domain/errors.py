@@ -51,3 +51,11 @@ class RenderError(DigestError):
 
 class InvalidPolicy(DigestError, ValueError):
     """A retry or delivery bound is out of range."""
+
+
+class LateWeekRefused(DigestError):
+    """A run of a week whose delivery window closed before any attempt was refused."""
+
+
+class LedgerMismatch(DigestError):
+    """A process resolved another ledger than the one its run was started with; it refused."""

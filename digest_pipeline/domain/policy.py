@@ -1,6 +1,8 @@
-"""The delivery bounds beyond retries: lease, delivery window and unknown retention.
+"""The delivery bounds beyond retries: lease, delivery window, late window, unknown retention.
 
-Defaults are provisional until the simulator (issue 6) measures them; each is configuration.
+Each is configuration; the README justifies the defaults from the simulator's numbers. A week
+never attempted before its window closed is refused, not dead-lettered in silence, unless an
+operator granted it a late window (`late_refusal`).
 """
 
 from dataclasses import dataclass, field
@@ -23,12 +25,40 @@ class DeliveryPolicy:
     delivery_window: timedelta = timedelta(days=7)
     #: how long an `unknown` item may wait for reconciliation before it is dead-lettered
     unknown_retention: timedelta = timedelta(days=7)
+    #: how long an operator's late-delivery grant keeps a missed week's window open
+    late_window: timedelta = timedelta(days=1)
 
     def __post_init__(self) -> None:
-        for name in ("lease", "delivery_window", "unknown_retention"):
+        for name in ("lease", "delivery_window", "unknown_retention", "late_window"):
             if getattr(self, name) <= timedelta(0):
                 raise InvalidPolicy(f"{name} must be positive")
 
-    def closes_at(self, period: Period) -> datetime:
-        """When automatic delivery of the period stops; only a replay sends after this."""
-        return period.ends_at + self.delivery_window
+    def closes_at(self, period: Period, late_since: datetime | None = None) -> datetime:
+        """When automatic delivery of the period stops; only a replay sends after this.
+
+        An operator's late grant at `late_since` keeps it open for `late_window` from then.
+        """
+        closes = period.ends_at + self.delivery_window
+        if late_since is None:
+            return closes
+        return max(closes, late_since + self.late_window)
+
+    def late_refusal(
+        self, period: Period, now: datetime, attempted: bool, late_since: datetime | None
+    ) -> str | None:
+        """Why a run of the period must not start now, or None when it may.
+
+        A week whose window closed before any digest of it was attempted is a missed week: a
+        run would dead-letter every item `window_closed` and look green, so it is refused until
+        an operator grants a late window. A week that was attempted in time keeps its normal
+        behaviour (what is left after the window is dead-lettered, visibly).
+        """
+        closes = self.closes_at(period, late_since)
+        if attempted or now < closes:
+            return None
+        lapsed = "its late window" if late_since is not None else "its delivery window"
+        return (
+            f"period {period}: {lapsed} closed at {closes:%Y-%m-%d %H:%M} UTC before any digest "
+            f"was attempted; nothing was recorded (to send it late: digest run --period {period} "
+            "--deliver-late --reason TEXT)"
+        )

@@ -41,6 +41,7 @@ from digest_pipeline.domain.retry import (
 )
 from digest_pipeline.domain.states import DeliveryState
 from digest_pipeline.ports import Clock, Composer, Ledger, Mailer
+from digest_pipeline.services import late
 from digest_pipeline.services.evidence import RECONCILE_ACTOR, confirmed_attempt
 from digest_pipeline.services.logs import log_event
 
@@ -112,6 +113,14 @@ class Deliverer:
     policy: DeliveryPolicy
     rand: RandomSource
     owner: str
+    #: each period's window close (late grants included), read once per worker
+    _closes: dict[Period, datetime] = field(default_factory=dict, compare=False, repr=False)
+
+    def closes_at(self, period: Period) -> datetime:
+        """The period's delivery window close, an operator's late grant included."""
+        if period not in self._closes:
+            self._closes[period] = late.closes_at(self.ledger, self.policy, period)
+        return self._closes[period]
 
     def deliver_one(self, claim: Claim) -> str:
         """Takes one claim to a recorded state; returns that state (or `lost_race`)."""
@@ -198,7 +207,7 @@ class Deliverer:
         A replay has no delivery window: None.
         """
         item = claim.item
-        closes_at = None if item.replayed_at is not None else self.policy.closes_at(item.period)
+        closes_at = None if item.replayed_at is not None else self.closes_at(item.period)
         closed = closes_at is not None and now >= closes_at
         if item.dedupe_until is not None and (
             closed or now + self.policy.lease >= item.dedupe_until

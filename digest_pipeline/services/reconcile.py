@@ -18,6 +18,7 @@ from digest_pipeline.domain.policy import DeliveryPolicy
 from digest_pipeline.domain.retry import DeadLetterReason
 from digest_pipeline.domain.states import DeliveryState
 from digest_pipeline.ports import Clock, Ledger, Mailer
+from digest_pipeline.services import late
 from digest_pipeline.services.evidence import RECONCILE_ACTOR, confirmed_attempt, never_accepted
 from digest_pipeline.services.logs import log_event
 
@@ -40,7 +41,12 @@ class ReconcileReport:
 
 
 def _evidence(
-    ledger: Ledger, mailer: Mailer, policy: DeliveryPolicy, item: WorkItem, now: datetime
+    ledger: Ledger,
+    mailer: Mailer,
+    policy: DeliveryPolicy,
+    item: WorkItem,
+    now: datetime,
+    closes_at: datetime,
 ) -> tuple[DeliveryState, str, dict[str, Any]] | None:
     """The move the evidence supports, as (target, evidence, extra transition fields)."""
     if (confirmed := confirmed_attempt(ledger, item.key)) is not None:
@@ -57,7 +63,7 @@ def _evidence(
         return S.RETRY_SCHEDULED, "mailer_lookup_not_found", fields
     window = mailer.capabilities.idempotency_window
     first = item.first_attempt_at
-    still_deliverable = item.replayed_at is not None or now < policy.closes_at(item.period)
+    still_deliverable = item.replayed_at is not None or now < closes_at
     # The resend must reach the provider while it still remembers the first send's key; a lease
     # of margin covers the time between this decision and the resend's attempt, and the
     # deliverer re-checks `dedupe_until` before it sends.
@@ -80,10 +86,12 @@ def reconcile_period(
 ) -> ReconcileReport:
     """Settles what evidence allows among the period's `unknown` items."""
     report = ReconcileReport()
-    for item in ledger.items(period, [S.UNKNOWN]):
+    unknown = ledger.items(period, [S.UNKNOWN])
+    closes = late.closes_at(ledger, policy, period) if unknown else period.ends_at
+    for item in unknown:
         report.examined += 1
         now = clock.now()
-        found = _evidence(ledger, mailer, policy, item, now)
+        found = _evidence(ledger, mailer, policy, item, now, closes)
         if found is None:
             report.still_unknown += 1
             continue

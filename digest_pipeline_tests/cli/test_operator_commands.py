@@ -488,7 +488,7 @@ def test_log_lines_go_to_stderr_at_digest_log_level_and_the_handler_is_removed(m
     loud = mixed.cli("sweep", env={"DIGEST_LOG_LEVEL": "info"})
     assert loud.code == 0
     lines = loud.err.splitlines()
-    assert "INFO event=sweep periods=1 requeued=0 unknown=0 claimed=0" in lines
+    assert "INFO event=sweep periods=1 requeued=0 unknown=0 claimed=0 refused=0" in lines
     # per item only at DEBUG (a routine cleanup is not worth an event-log row), a summary at INFO
     assert any(line.startswith(f"INFO event=cleaned period={P} cleaned=") for line in lines)
     assert not any("event=cleanup " in line for line in lines)

@@ -18,6 +18,7 @@ from digest_pipeline.defs.assets import (
     digest_work_items,
     eligibility_snapshot,
 )
+from digest_pipeline.defs.attempt_checks import every_due_item_attempted
 from digest_pipeline.defs.checks import (
     at_most_one_cleanup_per_key,
     every_customer_has_visible_state,
@@ -54,6 +55,7 @@ CHECKS = (
     no_silent_timeout,
     every_customer_has_visible_state,
     no_duplicate_send,
+    every_due_item_attempted,
     stale_items,
     dead_letter_volume,
     at_most_one_cleanup_per_key,

@@ -18,6 +18,7 @@ CHECKS_BY_ASSET = {
     ("digest_deliveries", "no_silent_timeout", True),
     ("digest_deliveries", "every_customer_has_visible_state", True),
     ("digest_deliveries", "no_duplicate_send", True),
+    ("digest_deliveries", "every_due_item_attempted", True),
     ("digest_deliveries", "stale_items", False),
     ("digest_deliveries", "dead_letter_volume", False),
     ("digest_cleanup", "at_most_one_cleanup_per_key", False),

@@ -10,6 +10,7 @@ from digest_pipeline.domain.model import Transition
 from digest_pipeline.domain.periods import Period
 from digest_pipeline.domain.policy import DeliveryPolicy
 from digest_pipeline.domain.states import DeliveryState
+from digest_pipeline.services.late import grant_late_delivery
 from digest_pipeline_tests.builders import key_of, seed_period
 from digest_pipeline_tests.conftest import T0, W42
 from digest_pipeline_tests.dagster.harness import (
@@ -124,17 +125,39 @@ def test_unknown_items_and_expired_claims_are_swept(world_of):
     assert world.mailer.deliveries_for(key_of(1)) == 1
 
 
-def test_a_week_past_its_delivery_window_is_swept_but_sends_nothing(world_of):
+def test_a_missed_week_fails_its_sweep_run_visibly_and_records_nothing(world_of):
     world = world_of(3)
     world.materialize(selection=BEFORE_DELIVERY)
     world.clock.set(DeliveryPolicy().closes_at(W42) + timedelta(hours=1))
+    before = world.ledger.state_counts(W42)
 
     [request] = sweep(world).run_requests
-    result = run_requested(world, request)
+    result = world.materialize(
+        selection=[k.to_user_string() for k in request.asset_selection], raise_on_error=False
+    )
 
+    assert not result.success
+    [failure] = [e for e in result.all_events if e.is_step_failure]
+    assert "before any digest was attempted" in failure.step_failure_data.error.message
+    assert "--deliver-late" in failure.step_failure_data.error.message
     assert world.mailer.sends == 0
-    assert metadata(result, "digest_deliveries")["dead_lettered"] == 3
-    assert {d.reason for d in world.ledger.dead_letters(W42)} == {"window_closed"}
+    assert world.ledger.state_counts(W42) == before
+    assert world.ledger.dead_letters(W42) == []
+
+
+def test_a_late_grant_lets_the_sweeper_deliver_a_missed_week(world_of):
+    world = world_of(3)
+    world.materialize(selection=BEFORE_DELIVERY)
+    world.clock.set(DeliveryPolicy().closes_at(W42) + timedelta(hours=1))
+    grant_late_delivery(
+        world.ledger, DeliveryPolicy(), W42, world.clock.now(), "ops", "provider outage"
+    )
+
+    [request] = sweep(world).run_requests
+    run_requested(world, request)
+
+    assert world.mailer.sends == 3
+    assert world.ledger.state_counts(W42) == {S.CLEANED: 3}
     assert "no open week" in sweep(world).skip_message
 
 

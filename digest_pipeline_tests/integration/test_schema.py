@@ -1,15 +1,42 @@
 """The migrations build exactly the schema the code declares, on SQLite and PostgreSQL.
 
 Alembic's autogenerate comparison must find nothing to change: a table or column edited in
-`sql_schema.py` without a migration fails here, before it can lose data in production.
+`sql_schema.py` without a migration fails here, before it can lose data in production. A ledger
+left in a broken state by an older schema must upgrade with all of its data.
 """
 
+from collections import Counter
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
-from sqlalchemy import inspect
+from sqlalchemy import Engine, inspect, select, text
+from sqlalchemy.exc import IntegrityError
 
-from digest_pipeline.adapters.sql_engine import head_revision, migrate, schema_revision
-from digest_pipeline.adapters.sql_schema import metadata
+from digest_pipeline.adapters.sql_engine import (
+    create_ledger_engine,
+    head_revision,
+    migrate,
+    schema_revision,
+)
+from digest_pipeline.adapters.sql_ledger import SqlLedger
+from digest_pipeline.adapters.sql_schema import digest_rows, digest_rows_archive, metadata
+from digest_pipeline.domain.model import CleanupMode
+from digest_pipeline.domain.periods import Period
+from digest_pipeline.domain.states import DeliveryState as S
+from digest_pipeline.services.cleanup import clean_period
+from digest_pipeline_tests.builders import (
+    ROWS_PER_CUSTOMER,
+    deliver_all,
+    failed_invariants,
+    make_deliverer,
+    seed_period,
+)
+from digest_pipeline_tests.conftest import SQL_BACKENDS, T0, W42
+from digest_pipeline_tests.fakes import FakeMailer, FixedClock
 
 
 def test_migrated_schema_matches_the_declared_tables(sql_ledger):
@@ -21,9 +48,100 @@ def test_migrated_schema_matches_the_declared_tables(sql_ledger):
 
 def test_schema_version_is_recorded_at_head_and_migrating_again_is_a_no_op(sql_ledger):
     engine = sql_ledger.engine
-    assert schema_revision(engine) == head_revision() == "0003"
+    assert schema_revision(engine) == head_revision() == "0005"
     before = sorted(inspect(engine).get_table_names())
     migrate(engine)
-    assert schema_revision(engine) == "0003"
+    assert schema_revision(engine) == "0005"
     assert sorted(inspect(engine).get_table_names()) == before
     assert {t.name for t in metadata.sorted_tables} <= set(before)
+
+
+@pytest.fixture
+def ledger_at_0003(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Engine]:
+    """A ledger migrated only to 0003 (PostgreSQL: the shared database, put back at head after)."""
+    backend = request.param
+    if backend == "sqlite":
+        engine = create_ledger_engine(f"sqlite:///{tmp_path / 'ledger-0003.db'}")
+        migrate(engine, "0003")
+        yield engine
+        engine.dispose()
+        return
+    engine = request.getfixturevalue("pg_engine")
+    _recreate_pg(engine, "0003")
+    try:
+        yield engine
+    finally:
+        _recreate_pg(engine, "head")
+
+
+def _recreate_pg(engine: Engine, revision: str) -> None:
+    with engine.begin() as conn:
+        conn.execute(text("DROP SCHEMA public CASCADE"))
+        conn.execute(text("CREATE SCHEMA public"))
+    # pooled connections may hold prepared statements for the tables just dropped
+    engine.dispose()
+    migrate(engine, revision)
+
+
+def _week(ledger: SqlLedger, clock: FixedClock, period: Period, customers: int) -> None:
+    seed_period(ledger, customers, period=period, now=clock.now())
+    deliver_all(make_deliverer(ledger, FakeMailer(clock=clock), clock), period=period)
+
+
+def _dump(engine: Engine, names: set[str]) -> dict[str, list[str]]:
+    """Every row of the tables `names`, in a stable order."""
+    with engine.connect() as conn:
+        return {
+            t.name: sorted(repr(tuple(r)) for r in conn.execute(select(t)))
+            for t in metadata.sorted_tables
+            if t.name in names
+        }
+
+
+@pytest.mark.parametrize("ledger_at_0003", SQL_BACKENDS, indirect=True)
+def test_a_ledger_that_reused_row_ids_upgrades_with_its_data_and_cleans_again(ledger_at_0003):
+    engine = ledger_at_0003
+    ledger, clock = SqlLedger(engine), FixedClock(T0)
+    week_1, week_2, week_3 = (
+        Period.of((W42.starts_at + timedelta(weeks=n)).date()) for n in (0, 1, 2)
+    )
+    _week(ledger, clock, week_1, 3)
+    clean_period(ledger, clock, week_1, CleanupMode.ARCHIVE)
+    if engine.dialect.name == "postgresql":
+        # PostgreSQL never reuses a serial id by itself; a ledger restored without its
+        # sequence position does, which is the state SQLite reaches on its own
+        with engine.begin() as conn:
+            conn.execute(text("ALTER SEQUENCE digest_rows_row_id_seq RESTART WITH 1"))
+    clock.advance(timedelta(weeks=1))
+    _week(ledger, clock, week_2, 2)
+    with engine.connect() as conn:
+        live = set(conn.execute(select(digest_rows.c.row_id)).scalars())
+        archived = set(conn.execute(select(digest_rows_archive.c.row_id)).scalars())
+    # the state the bug leaves: every live row carries an id the archive already holds
+    assert live
+    assert live < archived
+    with pytest.raises(IntegrityError):
+        clean_period(ledger, clock, week_2, CleanupMode.ARCHIVE)
+    tables = set(inspect(engine).get_table_names())
+    before = _dump(engine, tables)
+
+    migrate(engine)
+
+    assert schema_revision(engine) == head_revision()
+    assert _dump(engine, tables) == before
+    report = clean_period(ledger, clock, week_2, CleanupMode.ARCHIVE)
+    assert (report.cleaned, report.rows) == (2, 2 * ROWS_PER_CUSTOMER)
+    assert {i.state for i in ledger.items(week_2)} == {S.CLEANED}
+    # a new row's id is above every id the archive holds, not only the live ones
+    _week(ledger, clock, week_3, 1)
+    with engine.connect() as conn:
+        fresh = set(conn.execute(select(digest_rows.c.row_id)).scalars())
+        archived = set(conn.execute(select(digest_rows_archive.c.row_id)).scalars())
+    assert min(fresh) > max(archived)
+    assert clean_period(ledger, clock, week_3, CleanupMode.ARCHIVE).cleaned == 1
+    with engine.connect() as conn:
+        keys = conn.execute(select(digest_rows_archive.c.operation_key)).scalars().all()
+    cleaned = [str(i.key) for p in (week_1, week_2, week_3) for i in ledger.items(p)]
+    assert Counter(keys) == dict.fromkeys(cleaned, ROWS_PER_CUSTOMER)
+    for period in (week_1, week_2, week_3):
+        assert failed_invariants(ledger, period, clock.now()) == []

@@ -1,0 +1,76 @@
+"""Missed and late weeks: refuse a week whose window closed unattempted, or grant it a late window.
+
+Every path that starts a week's delivery (`digest run`, the snapshot and delivery steps of any
+Dagster run, `digest sweep`) asks `refusal` first. An operator's grant is an audit row
+(`deliver_late`), so the ledger alone says which weeks were sent late, by whom and why.
+"""
+
+from datetime import datetime
+
+from digest_pipeline.domain.errors import LateWeekRefused
+from digest_pipeline.domain.model import AuditEntry
+from digest_pipeline.domain.periods import Period
+from digest_pipeline.domain.policy import DeliveryPolicy
+from digest_pipeline.ports import Ledger
+from digest_pipeline.services.logs import log_event
+
+#: the audit action of an operator's late-delivery grant
+LATE_ACTION = "deliver_late"
+
+
+def late_since(ledger: Ledger, period: Period) -> datetime | None:
+    """When an operator last granted the period a late window, or None."""
+    grants = [e.at for e in ledger.audit_log(period) if e.action == LATE_ACTION]
+    return max(grants, default=None)
+
+
+def closes_at(ledger: Ledger, policy: DeliveryPolicy, period: Period) -> datetime:
+    """The period's delivery window close, a late grant included."""
+    return policy.closes_at(period, late_since(ledger, period))
+
+
+def refusal(ledger: Ledger, policy: DeliveryPolicy, period: Period, now: datetime) -> str | None:
+    """The one-line reason a run of the period must not start now, or None."""
+    # An open window needs no reads beyond the clock: the common case costs nothing.
+    if now < policy.closes_at(period):
+        return None
+    attempted = bool(ledger.attempt_outcome_counts(period))
+    return policy.late_refusal(period, now, attempted, late_since(ledger, period))
+
+
+def require_deliverable(
+    ledger: Ledger, policy: DeliveryPolicy, period: Period, now: datetime
+) -> None:
+    """Raises LateWeekRefused (before anything is recorded) for a missed week."""
+    if (why := refusal(ledger, policy, period, now)) is not None:
+        log_event("late_week_refused", period=period)
+        raise LateWeekRefused(why)
+
+
+def grant_late_delivery(
+    ledger: Ledger,
+    policy: DeliveryPolicy,
+    period: Period,
+    now: datetime,
+    operator: str,
+    reason: str,
+) -> datetime:
+    """Records an operator's grant to deliver a missed week late; returns the new close.
+
+    Refused (LateWeekRefused, nothing recorded) while the normal window is still open: a grant
+    there would only lengthen a window nobody asked to lengthen.
+    """
+    if not operator.strip() or not reason.strip():
+        raise LateWeekRefused("a late delivery needs an operator and a reason")
+    normal = policy.closes_at(period)
+    if now < normal:
+        raise LateWeekRefused(
+            f"period {period}: its delivery window is open until {normal:%Y-%m-%d %H:%M} UTC;"
+            " --deliver-late is not needed"
+        )
+    ledger.record_audit(
+        AuditEntry(now, operator, LATE_ACTION, None, None, None, reason.strip(), period)
+    )
+    closes = policy.closes_at(period, now)
+    log_event("late_delivery_granted", period=period, operator=operator)
+    return closes
