@@ -905,6 +905,18 @@ class FakeLedger(Ledger):
         return item
 
     # -- inspection and test-only hooks ----------------------------------------------------
+    def open_attempt_count(self, worker: str) -> int:
+        """Attempts `worker` has started and not yet recorded, at one instant.
+
+        One lock hold for the whole count: summing `attempts(key)` item by item takes the lock
+        per item, and while that walk goes on a worker can record one wave and start the next,
+        so the walk would add up attempts that were never open together.
+        """
+        with self._lock:
+            return sum(
+                1 for a in self._attempts.values() if a.worker == worker and a.finished_at is None
+            )
+
     @property
     def cleanups(self) -> list[CleanupRecord]:
         with self._lock:

@@ -12,6 +12,7 @@ from datetime import datetime
 from sqlalchemy import Engine, create_engine, select
 from sqlalchemy.pool import NullPool
 
+from digest_pipeline.adapters.sql_engine import guard_engine_errors
 from digest_pipeline.adapters.sql_schema import customers, orders, products
 from digest_pipeline.domain.catalogue import Order, Product
 from digest_pipeline.domain.chunks import chunked
@@ -32,10 +33,14 @@ def _reader(engine: Engine) -> Engine:
     # pysqlite issues no BEGIN before a SELECT, so each read is one statement in autocommit
     # mode, which WAL (set by the ledger's engine) runs beside a writer from its own snapshot.
     # NullPool: nothing to dispose, since no connection outlives a read.
-    return create_engine(
-        engine.url,
-        poolclass=NullPool,
-        connect_args={"check_same_thread": False, "timeout": SQLITE_READ_TIMEOUT_SECONDS},
+    # the ledger's error boundary too: no statement parameters in any error that leaves here
+    return guard_engine_errors(
+        create_engine(
+            engine.url,
+            poolclass=NullPool,
+            hide_parameters=True,
+            connect_args={"check_same_thread": False, "timeout": SQLITE_READ_TIMEOUT_SECONDS},
+        )
     )
 
 

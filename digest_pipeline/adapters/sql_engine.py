@@ -3,8 +3,20 @@
 SQLite is the embedded default: WAL, a busy timeout and `BEGIN IMMEDIATE` on every transaction
 serialize writers, which is what makes claims exclusive there. PostgreSQL relies on row locks
 (`FOR UPDATE SKIP LOCKED`) instead.
+
+Every database error that leaves an engine is a `LedgerDatabaseError` whose one-line message
+names the statement (`INSERT INTO digest_rows`), the driver's error class with its SQLSTATE and
+the first line of its message, and at most three operation keys among the parameters; never the
+SQL text or any other parameter, since these messages reach stderr and Dagster's event log and
+a bulk statement's parameters hold recipient addresses. Each SQLAlchemy class has a
+`LedgerDatabaseError` twin that subclasses it (`LedgerIntegrityError` is an `IntegrityError`),
+so code that catches a specific SQLAlchemy error, such as an idempotent insert's
+`IntegrityError`, keeps working unchanged. `hide_parameters=True` is the second fence for
+anything the hook leaves alone.
 """
 
+import re
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -13,24 +25,280 @@ from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import Engine, create_engine, event
-from sqlalchemy.engine import make_url
+from sqlalchemy import exc as sa_exc
+from sqlalchemy.engine import ExceptionContext, make_url
+
+from digest_pipeline.domain.errors import InvalidOperationKey
+from digest_pipeline.domain.periods import KEY_PREFIX, OperationKey
 
 MIGRATIONS = Path(__file__).parent / "migrations"
 SQLITE_BUSY_TIMEOUT_MS = 30_000
+#: operation keys a database error names; enough to find the batch, short enough for one line
+ERROR_KEYS_SHOWN = 3
+_DRIVER_LINE_MAX = 200
+_NAME_MAX = 63  # PostgreSQL's identifier length
+
+
+class LedgerDatabaseError(sa_exc.StatementError):
+    """A database error that left a ledger engine, in words safe for any log (module docstring).
+
+    It carries no statement and no parameters (`statement` and `params` are None); `orig` is the
+    driver's exception, its text cut down to the first line this message already shows.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        orig: BaseException | None = None,
+        *,
+        connection_invalidated: bool = False,
+    ) -> None:
+        # Not DBAPIError.__init__: that one writes the statement and parameters into the text.
+        sa_exc.StatementError.__init__(self, message, None, None, orig)
+        self.connection_invalidated = connection_invalidated
+
+    def __str__(self) -> str:
+        # Without SQLAlchemy's "[SQL: …]" block and "Background on this error" link.
+        return str(self.args[0])
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (
+            type(self),
+            (self.args[0], None),
+            {"connection_invalidated": self.connection_invalidated, "detail": []},
+        )
+
+
+class LedgerDBAPIError(LedgerDatabaseError, sa_exc.DBAPIError):
+    """A `DBAPIError` from the ledger's database."""
+
+
+class LedgerInterfaceError(LedgerDatabaseError, sa_exc.InterfaceError):
+    """An `InterfaceError` from the ledger's database."""
+
+
+class LedgerDatabaseFault(LedgerDatabaseError, sa_exc.DatabaseError):
+    """A `DatabaseError` (none of its subclasses) from the ledger's database."""
+
+
+class LedgerDataError(LedgerDatabaseError, sa_exc.DataError):
+    """A `DataError` from the ledger's database."""
+
+
+class LedgerOperationalError(LedgerDatabaseError, sa_exc.OperationalError):
+    """An `OperationalError` (timeout, cancel, lock, connection) from the ledger's database."""
+
+
+class LedgerIntegrityError(LedgerDatabaseError, sa_exc.IntegrityError):
+    """An `IntegrityError` (a constraint refused the row) from the ledger's database."""
+
+
+class LedgerInternalError(LedgerDatabaseError, sa_exc.InternalError):
+    """An `InternalError` from the ledger's database."""
+
+
+class LedgerProgrammingError(LedgerDatabaseError, sa_exc.ProgrammingError):
+    """A `ProgrammingError` (missing table, bad SQL) from the ledger's database."""
+
+
+class LedgerNotSupportedError(LedgerDatabaseError, sa_exc.NotSupportedError):
+    """A `NotSupportedError` from the ledger's database."""
+
+
+_TWINS: dict[type[sa_exc.StatementError], type[LedgerDatabaseError]] = {
+    sa_exc.InterfaceError: LedgerInterfaceError,
+    sa_exc.DataError: LedgerDataError,
+    sa_exc.OperationalError: LedgerOperationalError,
+    sa_exc.IntegrityError: LedgerIntegrityError,
+    sa_exc.InternalError: LedgerInternalError,
+    sa_exc.ProgrammingError: LedgerProgrammingError,
+    sa_exc.NotSupportedError: LedgerNotSupportedError,
+    sa_exc.DatabaseError: LedgerDatabaseFault,
+    sa_exc.DBAPIError: LedgerDBAPIError,
+    # a non-driver error while preparing a statement (a bind processor that raised)
+    sa_exc.StatementError: LedgerDatabaseError,
+}
+
+_IDENT = r'["`\[]?([A-Za-z_][\w.$]*)'
+#: (verb phrase, table) at the start of a statement, most specific first
+_SHAPES = (
+    re.compile(r"(INSERT(?: OR \w+)? INTO) " + _IDENT, re.IGNORECASE),
+    re.compile(r"(UPDATE) " + _IDENT, re.IGNORECASE),
+    re.compile(r"(DELETE FROM) " + _IDENT, re.IGNORECASE),
+    re.compile(
+        r"((?:CREATE|ALTER|DROP)(?: UNIQUE)? \w+)(?: IF(?: NOT)? EXISTS)? " + _IDENT,
+        re.IGNORECASE,
+    ),
+)
+_FROM = re.compile(r"\bFROM \(?" + _IDENT, re.IGNORECASE)
+_ADDRESS = re.compile(r"[^\s\"'<>(),;@]+@[^\s\"'<>(),;@]+")
+#: shorter parameter strings are not blanked in the driver's text: they would match its words
+_REDACT_MIN = 6
+
+
+def describe_statement(statement: str | None) -> str:
+    """`INSERT INTO digest_rows`, `SELECT … FROM work_items`, `WITH … UPDATE work_items`, `BEGIN`.
+
+    The verb and the table, never the rest: the rest can hold literals.
+    """
+    if statement is None or not statement.strip():
+        return "connecting"
+    sql = " ".join(statement.split())
+    for shape in _SHAPES:
+        if m := shape.match(sql):
+            return f"{m.group(1).upper()} {m.group(2)[:_NAME_MAX]}"
+    first = sql.split(" ", 1)[0].upper()
+    if first == "WITH":
+        # the statement a CTE feeds is what ran; its name comes after the CTE's body
+        for shape in _SHAPES[:3]:
+            if m := shape.search(sql):
+                return f"WITH … {m.group(1).upper()} {m.group(2)[:_NAME_MAX]}"
+    if first in ("SELECT", "WITH") and (m := _FROM.search(sql)):
+        return f"{first} … FROM {m.group(1)[:_NAME_MAX]}"
+    return first[:_NAME_MAX]
+
+
+def _values(parameters: object) -> Iterator[object]:
+    """Every scalar in a parameter set: a mapping, a sequence, or a list of either."""
+    stack = [parameters]
+    while stack:
+        value = stack.pop()
+        if isinstance(value, Mapping):
+            stack.extend(reversed(list(value.values())))
+        elif isinstance(value, list | tuple):
+            stack.extend(reversed(value))
+        else:
+            yield value
+
+
+def _operation_key(value: object) -> str | None:
+    if not isinstance(value, str) or not value.startswith(f"{KEY_PREFIX}:"):
+        return None
+    try:
+        return str(OperationKey.parse(value))
+    except InvalidOperationKey:
+        return None
+
+
+def _driver_label(orig: BaseException) -> str:
+    """The driver's error class, with its SQLSTATE (or SQLite's error name) where it has one."""
+    cls = type(orig)
+    name = (
+        cls.__qualname__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
+    )
+    if code := getattr(orig, "sqlstate", None) or getattr(orig, "pgcode", None):
+        return f"{name} [SQLSTATE {code}]"
+    if sqlite_name := getattr(orig, "sqlite_errorname", None):
+        return f"{name} [{sqlite_name}]"
+    return name
+
+
+def _first_line(orig: BaseException, secrets: set[str]) -> str:
+    """The first line of the driver's message, with what it echoes of the parameters blanked.
+
+    Drivers quote a rejected value (`invalid input syntax for type integer: "…"`); every string
+    parameter found in the line, and anything shaped like an address, becomes `…`.
+    """
+    lines = str(orig).strip().splitlines()
+    line = lines[0].strip() if lines else ""
+    for secret in sorted(secrets, key=len, reverse=True):
+        line = line.replace(secret, "…")
+    line = _ADDRESS.sub("…", line)
+    if len(line) > _DRIVER_LINE_MAX:
+        line = line[: _DRIVER_LINE_MAX - 1] + "…"
+    return line or "(no message)"
+
+
+def summarize_error(
+    statement: str | None, parameters: object, orig: BaseException | None
+) -> tuple[str, str]:
+    """(the one line a database error is told in, the driver's cleaned first line)."""
+    keys: dict[str, None] = {}
+    secrets: set[str] = set()
+    for value in _values(parameters):
+        if (key := _operation_key(value)) is not None:
+            keys.setdefault(key)
+        elif isinstance(value, str) and len(value) >= _REDACT_MIN:
+            secrets.add(value)
+    driver = "no driver error" if orig is None else _first_line(orig, secrets)
+    label = "" if orig is None else f"{_driver_label(orig)}: "
+    message = f"{describe_statement(statement)}: {label}{driver}"
+    if keys:
+        shown = list(keys)[:ERROR_KEYS_SHOWN]
+        more = len(keys) - len(shown)
+        message += f" (operation keys {', '.join(shown)}{f' and {more} more' if more else ''})"
+    return message, driver
+
+
+def _scrub(cause: BaseException | None, driver_line: str) -> None:
+    """Cuts an exception SQLAlchemy chains as `__cause__` down to what the message shows.
+
+    SQLAlchemy raises a handler's replacement `from` the exception it caught (Connection.
+    _handle_dbapi_exception), so this hook cannot have `raise … from None`, and a traceback
+    prints that cause: psycopg's text goes on with DETAIL lines that quote row values, and a
+    StatementError's with the SQL and its parameters.
+    """
+    if cause is None:
+        return
+    if isinstance(cause, sa_exc.StatementError):
+        cause.statement, cause.params = None, None
+        _scrub(cause.orig, driver_line)
+        return
+    cause.args = (driver_line,)
+
+
+def _replacement(ctx: ExceptionContext) -> LedgerDatabaseError | None:
+    """The project's error in place of the one SQLAlchemy built, or None to leave it be."""
+    built = ctx.sqlalchemy_exception
+    caught = ctx.original_exception
+    # SQLAlchemy re-raises a StatementError it caught as it is: that one carries SQL and params
+    wrapped = built if built is not None else caught
+    if (
+        ctx.is_pre_ping  # the pool reads `connection_invalidated` off its own exception
+        or not isinstance(wrapped, sa_exc.StatementError)
+        or isinstance(wrapped, LedgerDatabaseError)
+    ):
+        return None
+    orig = caught if wrapped is built else wrapped.orig
+    twin = next((_TWINS[c] for c in type(wrapped).__mro__ if c in _TWINS), LedgerDatabaseError)
+    message, driver_line = summarize_error(ctx.statement, ctx.parameters, orig)
+    _scrub(caught, driver_line)
+    return twin(message, orig, connection_invalidated=ctx.is_disconnect)
+
+
+def guard_engine_errors(engine: Engine) -> Engine:
+    """Installs the error boundary (module docstring) on `engine`; returns it."""
+
+    @event.listens_for(engine, "handle_error", retval=True)
+    def _on_error(ctx: ExceptionContext) -> BaseException | None:
+        return _replacement(ctx)
+
+    return engine
 
 
 def create_ledger_engine(url: str, *, pool_size: int = 10) -> Engine:
     """An engine for `url`; a SQLite file's folder is created if missing."""
     parsed = make_url(url)
     if parsed.get_backend_name() != "sqlite":
-        return create_engine(url, pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=True)
+        return guard_engine_errors(
+            create_engine(
+                url,
+                pool_size=pool_size,
+                max_overflow=pool_size,
+                pool_pre_ping=True,
+                hide_parameters=True,
+            )
+        )
     if parsed.database and parsed.database != ":memory:":
         Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
-    engine = create_engine(
-        url,
-        connect_args={"check_same_thread": False, "timeout": SQLITE_BUSY_TIMEOUT_MS / 1000},
-        pool_size=pool_size,
-        max_overflow=pool_size,
+    engine = guard_engine_errors(
+        create_engine(
+            url,
+            connect_args={"check_same_thread": False, "timeout": SQLITE_BUSY_TIMEOUT_MS / 1000},
+            pool_size=pool_size,
+            max_overflow=pool_size,
+            hide_parameters=True,
+        )
     )
 
     @event.listens_for(engine, "connect")

@@ -8,6 +8,7 @@ import argparse
 import getpass
 import json
 import logging
+import os
 import random
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -30,13 +31,52 @@ from digest_pipeline.services.deliver import Deliverer
 from digest_pipeline.settings import InvalidSetting, Settings, load_settings
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+#: 128 + SIGPIPE: what a shell reports for a writer whose reader left (`yes | head` under
+#: `pipefail`). Not 0: the output was cut short, and a script that cares can tell; not 1: nothing
+#: failed, the reader simply had enough.
+EXIT_OUTPUT_CLOSED = 141
 #: what `DIGEST_LOG_LEVEL` accepts (any case); the default keeps routine INFO lines quiet
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 DEFAULT_LOG_LEVEL = "WARNING"
+#: characters per write to the output: io.DEFAULT_BUFFER_SIZE, so every slice fits the buffer
+_WRITE_SLICE = 8192
 
 
 class UsageError(DigestError):
     """The command line asked for something that cannot be done."""
+
+
+class OutputClosed(Exception):
+    """The reader of the command's output went away (`digest items | head`).
+
+    Raised only from writes to the command's own output, so a BrokenPipeError from anything
+    else (a mailer's socket) stays the error it is instead of passing for a closed stdout.
+    """
+
+
+def flush_output(stream: TextIO) -> None:
+    """Flushes `stream`; a reader that has gone away is `OutputClosed`."""
+    try:
+        stream.flush()
+    except BrokenPipeError as e:
+        raise OutputClosed(str(e)) from e
+
+
+def discard_output(stream: TextIO) -> None:
+    """Points `stream`'s descriptor at the null device (the Python docs' SIGPIPE recipe).
+
+    The lines still buffered in `stream` are flushed again when the interpreter exits; into the
+    closed pipe that would print "Exception ignored … BrokenPipeError" after all.
+    """
+    try:
+        fd = stream.fileno()
+    except (AttributeError, OSError, ValueError):  # StringIO: no descriptor, nothing to flush
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, fd)
+    finally:
+        os.close(devnull)
 
 
 @dataclass
@@ -77,7 +117,19 @@ class Context:
         return self._mailer
 
     def write(self, text: str = "") -> None:
-        self.out.write(text + "\n")
+        line = text + "\n"
+        try:
+            # In slices: one large write that the pipe takes in part before its reader leaves
+            # comes back short with the EPIPE swallowed (CPython's BufferedWriter), and the
+            # rest of `--json` would vanish with exit code 0 instead of 141.
+            for start in range(0, len(line), _WRITE_SLICE):
+                self.out.write(line[start : start + _WRITE_SLICE])
+        except BrokenPipeError as e:
+            raise OutputClosed(str(e)) from e
+
+    def flush(self) -> None:
+        """Sends the buffered output now, inside `main`'s error boundary, not at exit."""
+        flush_output(self.out)
 
     def close(self) -> None:
         # The SMTP and HTTP mailers hold connections; the outbox has nothing to close.

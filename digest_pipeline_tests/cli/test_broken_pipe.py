@@ -1,0 +1,78 @@
+"""`digest items … | head`: the real console script, its stdout closed by a reader that is done.
+
+The command must end quietly with the SIGPIPE exit status a shell reports for `cat … | head`,
+never with a BrokenPipeError traceback. The output is several times a pipe's capacity (64 KiB
+on Linux) plus both sides' buffers, so the command is still writing when the reader leaves:
+the closed pipe is certain to be hit, not a matter of timing.
+"""
+
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from sqlalchemy import Engine
+
+from digest_pipeline.adapters.sql_ledger import SqlLedger
+from digest_pipeline.cli.context import EXIT_OUTPUT_CLOSED
+from digest_pipeline.domain.periods import FIRST_PERIOD
+from digest_pipeline_tests.builders import seed_period
+
+#: about 150 bytes a line: some 300 KB of output, far past what the pipe can hold unread
+ITEMS = 2_000
+
+
+def console_script() -> str:
+    """The installed `digest` entry point next to this interpreter (the venv's bin)."""
+    found = shutil.which("digest", path=str(Path(sys.executable).parent))
+    if found is None:
+        pytest.fail("the `digest` console script is not installed next to the interpreter")
+    return found
+
+
+@pytest.fixture
+def ledger_url(sql_engine_factory: Callable[[str], Engine]) -> str:
+    """A SQLite ledger with ITEMS work items in the first period (ended by any real clock)."""
+    engine = sql_engine_factory("sqlite")
+    now = FIRST_PERIOD.ends_at + timedelta(hours=6)
+    seed_period(SqlLedger(engine), ITEMS, period=FIRST_PERIOD, now=now, rows_per_customer=1)
+    return engine.url.render_as_string(hide_password=False)
+
+
+@pytest.mark.parametrize(
+    ("flags", "first_line"),
+    [
+        # a table: many small writes
+        ((), f"period {FIRST_PERIOD}: {ITEMS} items"),
+        # one JSON document: a single write far larger than the pipe
+        (("--json",), "{"),
+    ],
+)
+def test_items_into_a_reader_that_stops_after_one_line_ends_quietly(
+    ledger_url, tmp_path, flags, first_line
+):
+    env = {**os.environ, "DIGEST_DATABASE_URL": ledger_url}
+    with subprocess.Popen(
+        [console_script(), "items", "--period", str(FIRST_PERIOD), *flags],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        env=env,
+        cwd=tmp_path,
+    ) as proc:
+        assert proc.stdout is not None
+        first = proc.stdout.readline()
+        proc.stdout.close()  # what `head -1` does once it has its line
+        _, err = proc.communicate(timeout=60)
+
+    assert first.startswith(first_line.encode())
+    stderr = err.decode(errors="replace")
+    assert "Traceback" not in stderr
+    assert "BrokenPipeError" not in stderr
+    assert stderr == ""
+    # the status a shell reports for a writer whose reader left: the pipe really was closed
+    assert proc.returncode == EXIT_OUTPUT_CLOSED
