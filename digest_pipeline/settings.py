@@ -193,9 +193,7 @@ def load_settings(env: Mapping[str, str], root: Path) -> Settings:
             unknown_retention=_read(
                 env, "DIGEST_UNKNOWN_RETENTION_SECONDS", defaults.unknown_retention, _seconds
             ),
-            late_window=_read(
-                env, "DIGEST_LATE_WINDOW_SECONDS", defaults.late_window, _seconds
-            ),
+            late_window=_read(env, "DIGEST_LATE_WINDOW_SECONDS", defaults.late_window, _seconds),
         )
     except InvalidPolicy as e:
         raise InvalidSetting(f"retry settings: {e}") from e

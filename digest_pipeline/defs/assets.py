@@ -7,7 +7,9 @@ re-materialise; the services are idempotent and the metadata says what a re-run 
 
 import dagster as dg
 
+from digest_pipeline.defs.guards import refuse_missed_week
 from digest_pipeline.defs.partitions import weekly_partitions
+from digest_pipeline.defs.report import period_metadata, seconds
 from digest_pipeline.defs.resources import DeliveryResource
 from digest_pipeline.domain.periods import Period
 from digest_pipeline.ports import Clock, CustomerSource, Ledger
@@ -26,15 +28,20 @@ def eligibility_snapshot(
     customer_source: dg.ResourceParam[CustomerSource],
     ledger: dg.ResourceParam[Ledger],
     clock: dg.ResourceParam[Clock],
+    delivery: DeliveryResource,
 ) -> dg.MaterializeResult[None]:
     """The week's frozen selection of active, opted-in customers, with their addresses.
 
     Frozen by the first materialisation of the partition; a re-run reuses it unchanged (metadata
     `reused`), so a customer who opts out or in after the freeze does not change the week.
+
+    Partitions are keyed by the ISO week's Monday (UTC): partition 2026-10-12 is period
+    2026-W42; the metadata's `period` names the week.
     """
-    report = take_snapshot(
-        customer_source, ledger, clock, Period.parse(context.partition_key), context.run.run_id
-    )
+    period = Period.parse(context.partition_key)
+    # a missed week is refused before anything is frozen (DIGEST_LATE_WINDOW_SECONDS)
+    refuse_missed_week(ledger, delivery.settings().policy, clock, period)
+    report = take_snapshot(customer_source, ledger, clock, period, context.run.run_id)
     note = (
         f"Re-run: reused the snapshot frozen by run {report.selection_run_id}."
         if report.reused
@@ -42,6 +49,7 @@ def eligibility_snapshot(
     )
     return dg.MaterializeResult(
         metadata={
+            **period_metadata(period),
             "eligible": report.eligible,
             "reused": report.reused,
             "note": dg.MetadataValue.text(note),
@@ -63,10 +71,15 @@ def digest_content(
 
     Customers who already have rows, or whose digest was already sent, are skipped
     (`skipped_existing`); `without_picks` counts customers the catalogue offered nothing.
+
+    Partitions are keyed by the ISO week's Monday (UTC): partition 2026-10-12 is period
+    2026-W42; the metadata's `period` names the week.
     """
-    report = generate_content(customer_source, ledger, Period.parse(context.partition_key))
+    period = Period.parse(context.partition_key)
+    report = generate_content(customer_source, ledger, period)
     return dg.MaterializeResult(
         metadata={
+            **period_metadata(period),
             "customers": report.customers,
             "rows": report.rows,
             "skipped_existing": report.skipped_existing,
@@ -81,9 +94,20 @@ def digest_work_items(
     ledger: dg.ResourceParam[Ledger],
     clock: dg.ResourceParam[Clock],
 ) -> dg.MaterializeResult[None]:
-    """One durable work item per selected customer, created once (`existing` on a re-run)."""
-    receipt = enqueue_period(ledger, clock, Period.parse(context.partition_key))
-    return dg.MaterializeResult(metadata={"created": receipt.created, "existing": receipt.existing})
+    """One durable work item per selected customer, created once (`existing` on a re-run).
+
+    Partitions are keyed by the ISO week's Monday (UTC): partition 2026-10-12 is period
+    2026-W42; the metadata's `period` names the week.
+    """
+    period = Period.parse(context.partition_key)
+    receipt = enqueue_period(ledger, clock, period)
+    return dg.MaterializeResult(
+        metadata={
+            **period_metadata(period),
+            "created": receipt.created,
+            "existing": receipt.existing,
+        }
+    )
 
 
 @dg.asset(group_name=GROUP, partitions_def=weekly_partitions, deps=["digest_deliveries"])
@@ -97,6 +121,10 @@ def digest_cleanup(
 
     Items not sent (`unknown`, `failed`, dead-lettered, still retrying) keep their rows and are
     counted in `held_back_<state>`; a re-run counts earlier cleanups in `already_cleaned`.
+    The cleanup lag (`cleanup_lag_p50_s`, `cleanup_lag_max_s`) runs from send to cleanup.
+
+    Partitions are keyed by the ISO week's Monday (UTC): partition 2026-10-12 is period
+    2026-W42; the metadata's `period` names the week.
     """
     period = Period.parse(context.partition_key)
     report = clean_period(ledger, clock, period, delivery.settings().cleanup_mode)
@@ -107,13 +135,14 @@ def digest_cleanup(
     }
     return dg.MaterializeResult(
         metadata={
+            **period_metadata(period),
             "cleaned": report.cleaned,
             "already_cleaned": report.already_cleaned,
             "rows": report.rows,
             "held_back": report.held_back.total(),
             **held_back,
             "lost_races": report.lost_races,
-            "cleanup_lag_p50_s": metrics.cleanup_lag_p50_s,
-            "cleanup_lag_max_s": metrics.cleanup_lag_max_s,
+            "cleanup_lag_p50_s": seconds(metrics.cleanup_lag_p50_s),
+            "cleanup_lag_max_s": seconds(metrics.cleanup_lag_max_s),
         }
     )

@@ -3,13 +3,14 @@
 Every check reads what the ledger recorded for the week (`Ledger.check_invariants`), never an
 in-memory value, so a re-run judges what actually happened. Blocking checks stop `digest_cleanup`
 in the same run; across runs the ledger's own cleanup gate protects the rows. Metadata holds the
-violation count and a sample of operation keys (keys only, never addresses).
+`period` (the ISO week: the partition key is its Monday), the violation count and a sample of
+operation keys (keys only, never addresses).
 """
 
 import dagster as dg
 
 from digest_pipeline.defs.partitions import weekly_partitions
-from digest_pipeline.defs.report import check_result
+from digest_pipeline.defs.report import PARTITIONS_NOTE, check_result
 from digest_pipeline.domain.periods import Period
 from digest_pipeline.ports import Clock, Ledger
 
@@ -24,7 +25,7 @@ def _invariant_check(
         asset=asset,
         partitions_def=weekly_partitions,
         blocking=blocking,
-        description=description,
+        description=f"{description} {PARTITIONS_NOTE}",
     )
     def _check(
         context: dg.AssetCheckExecutionContext,

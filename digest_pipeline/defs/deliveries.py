@@ -14,6 +14,7 @@ from typing import Any
 
 import dagster as dg
 
+from digest_pipeline.defs.guards import refuse_missed_week
 from digest_pipeline.defs.partitions import weekly_partitions
 from digest_pipeline.defs.report import delivery_metadata
 from digest_pipeline.defs.resources import DeliveryResource
@@ -39,6 +40,7 @@ def plan_batches(
 ) -> Iterator[dg.Output[dict[str, int]] | dg.DynamicOutput[int]]:
     """Recovers expired leases, then yields one batch per `batch_size` due items."""
     period = Period.parse(context.partition_key)
+    refuse_missed_week(ledger, delivery.settings().policy, clock, period)
     now = clock.now()
     recovered = ledger.recover_expired_leases(now)
     counts = ledger.state_counts(period)
@@ -117,10 +119,16 @@ def digest_deliveries(digest_work_items: Any) -> Any:
     """Every work item of the week taken to a recorded state: sent, retrying, failed, or unknown.
 
     Fans out over batches of due items (`DIGEST_BATCH_SIZE`); a re-run sends nothing twice and
-    reports what was already sent (`skipped_already_sent`). Metadata holds the week's counts by
-    state, retry rates by failure class, delays, duplicate detections and `worst_items`, a table
-    of the 20 worst items by key (no addresses, no content). Retries due later are picked up by
-    the `digest_retry_sweeper` sensor.
+    reports what was already sent (`skipped_already_sent`). Metadata holds the week's `period`;
+    `delivered` (sent, or sent and cleaned) of `eligible`, as `delivered_fraction` (0..1, for the
+    plot) and `delivered_pct` (text); the counts by state; retry rates by failure class, as
+    fractions and as `retry_rate_<class>_pct` (percent of finished attempts); per-item
+    enqueue-to-claim delays; duplicate detections; and `worst_items`: up to 20 items not sent,
+    worst first, by key (no addresses, no content), or "none". Cleanup's numbers are on
+    `digest_cleanup`. Retries due later are picked up by the `digest_retry_sweeper` sensor.
+
+    Partitions are keyed by the ISO week's Monday (UTC): partition 2026-10-12 is period
+    2026-W42; the metadata's `period` names the week.
     """
     batches, before = plan_batches(digest_work_items)
     return settle_period(before, batches.map(deliver_batch).collect())

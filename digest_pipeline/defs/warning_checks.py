@@ -9,7 +9,7 @@ from datetime import timedelta
 import dagster as dg
 
 from digest_pipeline.defs.partitions import weekly_partitions
-from digest_pipeline.defs.report import check_result
+from digest_pipeline.defs.report import check_result, percent_of, seconds
 from digest_pipeline.defs.resources import DeliveryResource
 from digest_pipeline.domain.periods import Period
 from digest_pipeline.domain.states import CLAIMABLE, DeliveryState
@@ -31,6 +31,9 @@ def stale_items(
 
     Waiting means pending, retrying or claimed; the threshold is `stale_after_seconds` (6 h by
     default). Old waiting items usually mean the `digest_retry_sweeper` sensor is not running.
+
+    Partitions are keyed by the ISO week's Monday (UTC): partition 2026-10-12 is period
+    2026-W42; the metadata's `period` names the week.
     """
     period, now = Period.parse(context.partition_key), clock.now()
     limit = timedelta(seconds=delivery.settings().stale_after_seconds)
@@ -44,7 +47,7 @@ def stale_items(
         [str(i.key) for i in stale],
         f"{len(stale)} item(s) waiting longer than {limit}",
         dg.AssetCheckSeverity.WARN,
-        oldest_pending_age_s=oldest,
+        oldest_pending_age_s=seconds(oldest),
         threshold_s=limit.total_seconds(),
     )
 
@@ -58,7 +61,11 @@ def dead_letter_volume(
     """Warns when too many of the week's digests ended dead-lettered or failed.
 
     The share is (dead-lettered + failed) / eligible, against `dead_letter_rate_threshold` (5 % by
-    default). Inspect them with `digest dead-letters --period …` before replaying any.
+    default): metadata `dead_letter_rate` (a fraction, 0..1) and `dead_letter_rate_pct` (text, in
+    percent of eligible). Inspect them with `digest dead-letters --period …` before replaying any.
+
+    Partitions are keyed by the ISO week's Monday (UTC): partition 2026-10-12 is period
+    2026-W42; the metadata's `period` names the week.
     """
     period = Period.parse(context.partition_key)
     threshold = delivery.settings().dead_letter_rate_threshold
@@ -66,14 +73,17 @@ def dead_letter_volume(
     eligible = snapshot.eligible_count if snapshot is not None else 0
     lost = ledger.items(period, (S.DEAD_LETTERED, S.FAILED))
     rate = len(lost) / eligible if eligible else 0.0
+    share = percent_of(len(lost), eligible, "eligible")
+    verdict = f"{'within' if rate <= threshold else 'above'} the {100 * threshold:.1f} % threshold"
     return check_result(
         period,
         rate <= threshold,
         len(lost),
         [str(i.key) for i in lost],
-        f"{len(lost)} item(s) dead-lettered or failed: {rate:.1%} of {eligible} eligible"
-        f" ({'within' if rate <= threshold else 'above'} the {threshold:.1%} threshold)",
+        f"{len(lost)} item(s) dead-lettered or failed: {share} ({verdict})",
         dg.AssetCheckSeverity.WARN,
-        dead_letter_rate=rate,
+        eligible=eligible,
+        dead_letter_rate=round(rate, 4),
+        dead_letter_rate_pct=dg.MetadataValue.text(f"{share}, {verdict}"),
         threshold=threshold,
     )

@@ -31,8 +31,11 @@ class PeriodMetrics:
     eligible: int
     by_state: dict[str, int]
     attempts: int
+    #: attempts with an outcome (not still open): the denominator of `retry_rate`
+    finished_attempts: int
     #: failed attempts of each class divided by all finished attempts
     retry_rate: dict[str, float]
+    #: per item: its first claim minus its own enqueue time (never a claim batch's or period's)
     enqueue_to_claim_p50_s: float | None
     enqueue_to_claim_p95_s: float | None
     oldest_pending_age_s: float | None
@@ -44,12 +47,24 @@ class PeriodMetrics:
     cleanup_lag_max_s: float | None
     dead_letters: dict[str, int]
 
+    @property
+    def delivered(self) -> int:
+        """Items the provider confirmed: `sent`, and `sent` then `cleaned`."""
+        return self.by_state.get(S.SENT.value, 0) + self.by_state.get(S.CLEANED.value, 0)
+
+    @property
+    def delivered_fraction(self) -> float | None:
+        """`delivered` / `eligible` in [0, 1]; None for a period with nobody eligible."""
+        return self.delivered / self.eligible if self.eligible else None
+
     def as_flat_dict(self) -> dict[str, float | int | str | None]:
         """Scalar metrics with stable names, for metadata and JSON."""
         flat: dict[str, float | int | str | None] = {
             "period": str(self.period),
             "eligible": self.eligible,
             "attempts": self.attempts,
+            "delivered": self.delivered,
+            "delivered_fraction": self.delivered_fraction,
             "enqueue_to_claim_p50_s": self.enqueue_to_claim_p50_s,
             "enqueue_to_claim_p95_s": self.enqueue_to_claim_p95_s,
             "oldest_pending_age_s": self.oldest_pending_age_s,
@@ -77,6 +92,8 @@ def period_metrics(ledger: Ledger, period: Period, now: datetime) -> PeriodMetri
     lags: list[float] = []
     oldest_waiting: datetime | None = None
     for i in ledger.iter_items(period):
+        # Each item against its own enqueue time: items claimed together in one wave share a
+        # claim time, but not necessarily an enqueue time.
         if i.first_claimed_at is not None:
             claim_delays.append((i.first_claimed_at - i.created_at).total_seconds())
         if i.cleaned_at is not None and i.sent_at is not None:
@@ -94,6 +111,7 @@ def period_metrics(ledger: Ledger, period: Period, now: datetime) -> PeriodMetri
         eligible=snapshot.eligible_count if snapshot else 0,
         by_state={s.value: n for s, n in ledger.state_counts(period).items()},
         attempts=finished + outcomes.get("open", 0),
+        finished_attempts=finished,
         retry_rate=retry_rate,
         enqueue_to_claim_p50_s=percentile(claim_delays, 50),
         enqueue_to_claim_p95_s=percentile(claim_delays, 95),

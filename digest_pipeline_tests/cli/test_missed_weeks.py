@@ -52,7 +52,7 @@ def ledger_dump(env: dict[str, str]) -> dict[str, list[tuple[object, ...]]]:
 
 
 @pytest.fixture
-def seeded(env) -> dict[str, str]:
+def seeded(env: dict[str, str]) -> dict[str, str]:
     assert digest(env, "seed", "--customers", "12", "--seed", "4", "--period", str(MISSED))[0] == 0
     return env
 

@@ -1,10 +1,30 @@
 """A week materialised in process with fakes bound as resources: counts, re-runs and fan-out."""
 
+from collections.abc import Callable
 from datetime import timedelta
 
+import dagster as dg
+import pytest
+
+from digest_pipeline.defs.report import NONE_LEFT
 from digest_pipeline.domain.failures import FailureClass, SendOutcome
-from digest_pipeline_tests.builders import customer_id, key_of, make_customer
-from digest_pipeline_tests.dagster.harness import DELIVERY_AND_CLEANUP, checks, metadata
+from digest_pipeline.domain.states import DeliveryState
+from digest_pipeline_tests.builders import key_of, make_customer
+from digest_pipeline_tests.conftest import W42
+from digest_pipeline_tests.dagster.harness import (
+    ASSETS,
+    CHECKS,
+    DELIVERY_AND_CLEANUP,
+    World,
+    checks,
+    metadata,
+    project,
+)
+
+S = DeliveryState
+PERMANENT = SendOutcome.failed(FailureClass.PERMANENT, "smtp:550")
+TRANSIENT = SendOutcome.failed(FailureClass.TRANSIENT, "smtp:451")
+CLEANUP_ONLY = ("cleaned", "cleanup_lag_p50_s", "cleanup_lag_max_s")
 
 
 def mapped_steps(result) -> list[str]:
@@ -24,12 +44,17 @@ def test_a_week_materialises_and_records_its_counts(world_of):
     assert (snapshot["eligible"], snapshot["considered"], snapshot["reused"]) == (5, 5, False)
     assert snapshot["selection_run_id"] == result.run_id
     assert metadata(result, "digest_content") == {
+        "period": "2026-W42",
         "customers": 5,
         "rows": 20,
         "skipped_existing": 0,
         "without_picks": 0,
     }
-    assert metadata(result, "digest_work_items") == {"created": 5, "existing": 0}
+    assert metadata(result, "digest_work_items") == {
+        "period": "2026-W42",
+        "created": 5,
+        "existing": 0,
+    }
     deliveries = metadata(result, "digest_deliveries")
     assert {k: deliveries[k] for k in ("eligible", "sent", "claimed_this_run", "batches")} == {
         "eligible": 5,
@@ -42,7 +67,7 @@ def test_a_week_materialises_and_records_its_counts(world_of):
     assert (cleanup["cleaned"], cleanup["rows"], cleanup["held_back"]) == (5, 20, 0)
     assert len(world.mailer.deliveries) == 5
     assert all(e.passed for e in checks(result).values())
-    assert len(checks(result)) == 7
+    assert len(checks(result)) == len(CHECKS)
     # the graph asset orders itself after digest_work_items without loading a value from it
     assert not [
         e
@@ -60,7 +85,11 @@ def test_rematerialising_sends_nothing_twice_and_says_what_it_skipped(world_of):
     assert snapshot["reused"] is True
     assert "reused the snapshot frozen by run" in snapshot["note"]
     assert metadata(again, "digest_content")["skipped_existing"] == 5
-    assert metadata(again, "digest_work_items") == {"created": 0, "existing": 5}
+    assert metadata(again, "digest_work_items") == {
+        "period": "2026-W42",
+        "created": 0,
+        "existing": 5,
+    }
     deliveries = metadata(again, "digest_deliveries")
     assert (deliveries["skipped_already_sent"], deliveries["claimed_this_run"]) == (5, 0)
     assert deliveries["batches"] == 0
@@ -104,8 +133,8 @@ def test_a_week_with_nobody_eligible_runs_no_mapped_step_and_still_records_metad
 
 def test_a_failed_send_is_a_recorded_state_and_cleanup_keeps_its_rows(world_of):
     world = world_of(5)
-    world.mailer.script(key_of(2), SendOutcome.failed(FailureClass.PERMANENT, "smtp:550"))
-    world.mailer.script(key_of(4), SendOutcome.failed(FailureClass.TRANSIENT, "smtp:451"))
+    world.mailer.script(key_of(2), PERMANENT)
+    world.mailer.script(key_of(4), TRANSIENT)
     result = world.materialize()
 
     assert result.success
@@ -113,9 +142,9 @@ def test_a_failed_send_is_a_recorded_state_and_cleanup_keeps_its_rows(world_of):
     assert (deliveries["sent"], deliveries["failed"], deliveries["retry_scheduled"]) == (3, 1, 1)
     assert deliveries["retry_rate_permanent"] == deliveries["retry_rate_transient"] == 0.2
     worst = deliveries["worst_items"].records
-    assert [(r.data["customer_id"], r.data["state"]) for r in worst[:2]] == [
-        (customer_id(2), "failed"),
-        (customer_id(4), "retry_scheduled"),
+    assert [(r.data["key"], r.data["state"]) for r in worst] == [
+        (str(key_of(2)), "failed"),
+        (str(key_of(4)), "retry_scheduled"),
     ]
     assert worst[0].data["last_failure_class"] == "permanent"
     assert worst[0].data["last_detail"] == "smtp:550"
@@ -124,23 +153,122 @@ def test_a_failed_send_is_a_recorded_state_and_cleanup_keeps_its_rows(world_of):
     assert cleanup["held_back_retry_scheduled"] == 1
 
 
-def test_worst_items_holds_at_most_twenty_rows_worst_first(world_of):
+def test_worst_items_lists_only_items_not_sent_worst_first(world_of):
     world = world_of(25)
-    for n in (3, 17):
-        world.mailer.script(key_of(n), SendOutcome.failed(FailureClass.PERMANENT, "smtp:550"))
+    world.mailer.script(key_of(5), TRANSIENT)
+    for n in (17, 3):
+        world.mailer.script(key_of(n), PERMANENT)
     result = world.materialize()
 
     records = metadata(result, "digest_deliveries")["worst_items"].records
-    assert len(records) == 20
-    assert [r.data["customer_id"] for r in records[:2]] == [customer_id(3), customer_id(17)]
+    assert [(r.data["key"], r.data["state"]) for r in records] == [
+        (str(key_of(3)), "failed"),
+        (str(key_of(17)), "failed"),
+        (str(key_of(5)), "retry_scheduled"),
+    ]
+    # the key names the customer; no address, no content
     assert set(records[0].data) == {
         "key",
-        "customer_id",
         "state",
         "attempts",
         "last_failure_class",
         "last_detail",
     }
+
+
+def test_worst_items_holds_at_most_twenty_rows(world_of):
+    world = world_of(25)
+    for n in range(1, 23):
+        world.mailer.script(key_of(n), PERMANENT)
+    result = world.materialize()
+
+    records = metadata(result, "digest_deliveries")["worst_items"].records
+    assert [r.data["key"] for r in records] == [str(key_of(n)) for n in range(1, 21)]
+
+
+def test_worst_items_says_none_when_every_item_went_out(world_of):
+    world = world_of(3)
+    result = world.materialize()
+
+    assert metadata(result, "digest_deliveries")["worst_items"] == NONE_LEFT
+    # a re-run, with every item now cleaned: still nothing to list
+    again = world.materialize(selection=DELIVERY_AND_CLEANUP)
+    assert metadata(again, "digest_deliveries")["worst_items"] == NONE_LEFT
+
+
+def materialised_week_with_failures(
+    world_of: Callable[..., World],
+) -> tuple[World, dg.ExecuteInProcessResult]:
+    """Five customers: 2 fails permanently, 4 transiently (retry scheduled), the rest are sent."""
+    world = world_of(5)
+    world.mailer.script(key_of(2), PERMANENT)
+    world.mailer.script(key_of(4), TRANSIENT)
+    return world, world.materialize()
+
+
+def test_every_materialisation_and_check_evaluation_names_the_iso_week(world_of):
+    _, result = materialised_week_with_failures(world_of)
+
+    materialised = [
+        m for a in ASSETS for m in result.asset_materializations_for_node(a.key.path[-1])
+    ]
+    evaluations = result.get_asset_check_evaluations()
+    assert (len(materialised), len(evaluations)) == (len(ASSETS), len(CHECKS))
+    assert {m.partition for m in materialised} == {"2026-10-12"}
+    assert {m.metadata["period"].value for m in materialised} == {"2026-W42"}
+    assert {e.metadata["period"].value for e in evaluations} == {"2026-W42"}
+
+
+def test_every_asset_and_check_description_says_partitions_are_keyed_by_monday():
+    graph = project().resolve_asset_graph()
+    descriptions = [graph.get(key).description for key in graph.get_all_asset_keys()]
+    descriptions += [graph.get_check_spec(key).description for key in graph.asset_check_keys]
+
+    assert len(descriptions) >= 12
+    for description in descriptions:
+        assert "keyed by the ISO week's Monday" in " ".join((description or "").split())
+
+
+def test_cleanup_numbers_are_on_digest_cleanup_only(world_of):
+    _, result = materialised_week_with_failures(world_of)
+
+    deliveries, cleanup = metadata(result, "digest_deliveries"), metadata(result, "digest_cleanup")
+    assert [k for k in CLEANUP_ONLY if k in deliveries] == []
+    assert all(k in cleanup for k in CLEANUP_ONLY)
+    assert cleanup["cleaned"] == 3
+
+
+def test_delivered_fraction_is_sent_and_cleaned_over_eligible_from_the_ledger(world_of):
+    world, first = materialised_week_with_failures(world_of)
+    deliveries = metadata(first, "digest_deliveries")
+    assert (deliveries["delivered"], deliveries["delivered_fraction"]) == (3, 0.6)
+    assert deliveries["delivered_pct"] == "60.0 % of 5 eligible"
+
+    # the retry is sent by the next run, next to the three already cleaned
+    world.clock.advance(timedelta(hours=2))
+    again = metadata(world.materialize(selection=DELIVERY_AND_CLEANUP), "digest_deliveries")
+
+    counts, snapshot = world.ledger.state_counts(W42), world.ledger.snapshot(W42)
+    assert snapshot is not None
+    assert (counts[S.CLEANED], counts[S.FAILED]) == (4, 1)  # cleanup moved sent to cleaned
+    assert (again["sent"], again["delivered"]) == (1, 4)
+    assert again["delivered_fraction"] == pytest.approx(
+        (counts.get(S.SENT, 0) + counts[S.CLEANED]) / snapshot.eligible_count
+    )
+    assert again["delivered_pct"] == "80.0 % of 5 eligible"
+
+
+def test_rates_read_as_percentages_of_their_base(world_of):
+    _, result = materialised_week_with_failures(world_of)
+
+    deliveries = metadata(result, "digest_deliveries")
+    assert {fc.value: deliveries[f"retry_rate_{fc.value}_pct"] for fc in FailureClass} == {
+        "transient": "20.0 % of 5 finished attempts",
+        "throttled": "0.0 % of 5 finished attempts",
+        "permanent": "20.0 % of 5 finished attempts",
+        "unknown": "0.0 % of 5 finished attempts",
+    }
+    assert deliveries["retry_rate_transient"] == 0.2
 
 
 def test_a_retry_due_later_is_sent_by_the_next_materialisation(world_of):

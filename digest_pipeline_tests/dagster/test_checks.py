@@ -37,6 +37,8 @@ def assert_failed(
     evaluation = checks(result)[name]
     assert not evaluation.passed
     assert evaluation.partition == "2026-10-12"
+    assert evaluation.metadata["period"].value == "2026-W42"
+    assert (evaluation.description or "").startswith("2026-W42: ")
     assert says in (evaluation.description or "")
     assert evaluation.metadata["violations"].value == len(sample)
     assert evaluation.metadata["sample"].value == sample
@@ -55,6 +57,7 @@ def test_each_check_passes_on_a_clean_week(world_of, name):
     evaluation = checks(result)[name]
     assert evaluation.passed, evaluation.description
     assert evaluation.partition == "2026-10-12"
+    assert evaluation.metadata["period"].value == "2026-W42"
     assert evaluation.metadata["violations"].value == 0
 
 
@@ -218,5 +221,8 @@ def test_dead_letter_volume_warns_above_its_threshold(world_of, threshold, passe
     evaluation = checks(result)["dead_letter_volume"]
     assert (evaluation.passed, evaluation.severity.value) == (passed, "WARN")
     assert evaluation.metadata["dead_letter_rate"].value == 0.2
+    assert evaluation.metadata["eligible"].value == 5
     assert evaluation.metadata["sample"].value == [str(key_of(2))]
-    assert "20.0% of 5 eligible" in (evaluation.description or "")
+    verdict = "within the 25.0 % threshold" if passed else "above the 5.0 % threshold"
+    assert evaluation.metadata["dead_letter_rate_pct"].value == f"20.0 % of 5 eligible, {verdict}"
+    assert f"20.0 % of 5 eligible ({verdict})" in (evaluation.description or "")

@@ -181,6 +181,7 @@ def test_the_ui_shows_the_weeks_materialization_metadata_and_check_results(
             "no_silent_timeout",
             "every_customer_has_visible_state",
             "no_duplicate_send",
+            "every_due_item_attempted",
             "stale_items",
             "dead_letter_volume",
         }

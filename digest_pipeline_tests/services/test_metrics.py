@@ -1,11 +1,14 @@
 """The period's numbers, read from the ledger, under a controlled clock."""
 
+from collections.abc import Iterable, Iterator
+from dataclasses import replace
 from datetime import timedelta
 
 import pytest
 
 from digest_pipeline.domain.failures import FailureClass, SendOutcome
-from digest_pipeline.domain.model import CleanupMode
+from digest_pipeline.domain.model import CleanupMode, WorkItem
+from digest_pipeline.domain.periods import Period
 from digest_pipeline.domain.policy import DeliveryPolicy
 from digest_pipeline.domain.retry import RetryPolicy
 from digest_pipeline.domain.states import DeliveryState
@@ -81,7 +84,26 @@ def test_counts_by_state(clock):
     metrics = period_metrics(ledger, W42, clock.now())
 
     assert metrics.by_state == {"sent": 3, "failed": 1}
-    assert (metrics.eligible, metrics.attempts) == (4, 5)
+    assert (metrics.eligible, metrics.attempts, metrics.finished_attempts) == (4, 5, 5)
+
+
+def test_delivered_counts_sent_and_cleaned_items_over_eligible(clock):
+    ledger = four_customers(clock)
+    before = period_metrics(ledger, W42, clock.now())
+    clean_period(ledger, clock, W42, CleanupMode.ARCHIVE)
+
+    after = period_metrics(ledger, W42, clock.now())
+
+    assert (before.delivered, before.delivered_fraction) == (3, 0.75)
+    assert after.by_state == {"cleaned": 3, "failed": 1}
+    assert (after.delivered, after.delivered_fraction) == (3, 0.75)
+    assert after.as_flat_dict()["delivered_fraction"] == 0.75
+
+
+def test_delivered_fraction_is_absent_when_nobody_is_eligible(clock):
+    metrics = period_metrics(frozen_ledger(0), W42, clock.now())
+
+    assert (metrics.delivered, metrics.delivered_fraction) == (0, None)
 
 
 def test_retry_rate_is_failed_attempts_of_a_class_over_finished_attempts(clock):
@@ -116,6 +138,38 @@ def test_enqueue_to_claim_percentiles_follow_the_clock(clock):
     metrics = period_metrics(ledger, W42, clock.now())
 
     assert (metrics.enqueue_to_claim_p50_s, metrics.enqueue_to_claim_p95_s) == (10.0, 30.0)
+
+
+class EnqueuedApart(FakeLedger):
+    """A ledger whose items were enqueued `gap` apart, customer 1 first.
+
+    Both real ledgers enqueue a period in one statement, so only a fake gives each item its own
+    enqueue time; the metric must measure every item from its own.
+    """
+
+    def __init__(self, gap: timedelta) -> None:
+        super().__init__()
+        self._gap = gap
+
+    def iter_items(
+        self, period: Period, states: Iterable[S] | None = None, page: int = 1_000
+    ) -> Iterator[WorkItem]:
+        for i in super().iter_items(period, states, page):
+            n = int(i.customer_id.rsplit("-", 1)[1])
+            yield replace(i, created_at=i.created_at + (n - 1) * self._gap)
+
+
+def test_enqueue_to_claim_is_per_item_from_its_own_enqueue_not_per_claim_batch(clock):
+    # enqueued at T0, T0 + 10 s, T0 + 20 s; all three claimed in one batch at T0 + 30 s
+    ledger = frozen_ledger(3, ledger=EnqueuedApart(timedelta(seconds=10)))
+    clock.advance(timedelta(seconds=30))
+    deliver_due(make_deliverer(ledger, FakeMailer(clock=clock), clock), batch_size=3, concurrency=4)
+    assert {i.first_claimed_at for i in ledger.items(W42)} == {clock.now()}
+
+    metrics = period_metrics(ledger, W42, clock.now())
+
+    # delays 30, 20 and 10 s (a per-batch figure would be 30 s for all three)
+    assert (metrics.enqueue_to_claim_p50_s, metrics.enqueue_to_claim_p95_s) == (20.0, 30.0)
 
 
 def test_enqueue_to_claim_counts_the_first_claim_not_the_retry(clock):
