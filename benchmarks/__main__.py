@@ -1,8 +1,9 @@
-"""`make bench`: the four benchmarks of issue 7 in order, each printing its table and writing JSON.
+"""`make bench`: the four benchmarks of issue 7 and the UI launch of issue 11, in order, each
+printing its table and writing JSON.
 
 Run under `scripts/pg-test-cluster.sh` for the PostgreSQL variants; without
 `DIGEST_TEST_DATABASE_URL` they are reported as skipped. `--sizes` sets the end-to-end customer
-counts, or, with `--only`, the one size the chosen benchmark takes (side/scale: customers,
+counts, or, with `--only`, the one size the chosen benchmark takes (side/scale/ui: customers,
 latency: the minimum items per level).
 """
 
@@ -13,9 +14,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks import common, e2e, latency, scale_out, side_by_side
+from benchmarks import common, e2e, latency, scale_out, side_by_side, ui_launch
 
-ORDER = ("e2e", "side", "latency", "scale")
+ORDER = ("e2e", "side", "latency", "scale", "ui")
 
 
 def _plans(a: argparse.Namespace) -> dict[str, Callable[[], Any]]:
@@ -45,6 +46,11 @@ def _plans(a: argparse.Namespace) -> dict[str, Callable[[], Any]]:
         "scale": lambda: scale_out.run(
             scale_out.Options(
                 customers=first if only and first else scale_out.CUSTOMERS, json_dir=a.json_dir
+            )
+        ),
+        "ui": lambda: ui_launch.run(
+            ui_launch.Options(
+                customers=first if only and first else ui_launch.CUSTOMERS, json_dir=a.json_dir
             )
         ),
     }

@@ -98,6 +98,8 @@ def bench_definitions(mailer: Any) -> dg.Definitions:
         asset_checks=project.asset_checks,
         jobs=project.jobs,
         resources={**(project.resources or {}), "mailer": mailer},
+        # the project's executor (in-process unless the run config selects `multiprocess`)
+        executor=project.executor,
     )
 
 

@@ -4,11 +4,12 @@ For each size, ledger backend (SQLite, PostgreSQL) and mailer (a zero-latency in
 the project's outbox), a fresh database is seeded and the job runs once in a fresh process, so
 speed, SQL statements per customer and peak memory belong to that run alone.
 
-Executor `inproc` is what `digest run` does (`execute_in_process`: one process, one core).
-Executor `multiprocess` runs the same job with Dagster's multiprocess executor (two step
-processes from a forkserver, the project's default batch size) for PostgreSQL and the
-zero-latency mailer only: a persistent instance, and the question is whether independent
-delivery batches use both cores.
+Executor `inproc` runs the steps one after another in one process on one core, as `digest run`
+and a UI launch do with the job's default executor (here through `execute_in_process`).
+Executor `multiprocess` runs the same job with run config selecting Dagster's multiprocess
+executor (two step processes from a forkserver, the project's default batch size) for PostgreSQL
+and the zero-latency mailer only: a persistent instance, and the question is whether
+independent delivery batches use both cores.
 """
 
 import argparse

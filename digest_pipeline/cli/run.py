@@ -1,8 +1,9 @@
 """`digest run`: materialise one period's partition of the whole asset graph, in this process.
 
-It runs the same job, resources and checks the schedule runs (the project's Definitions) against
-the project's Dagster instance, so the run shows up in the UI; a progress line is drawn from the
-ledger while it runs, and a summary table is printed at the end.
+It runs the same job, resources, checks and executor the schedule runs: `weekly_digest_job` as the
+code location of `workspace.yaml` defines it, against the project's Dagster instance, so the run is
+listed under that job in the UI with the location's job snapshot (`cli/workspace_job.py`). A
+progress line is drawn from the ledger while it runs, and a summary table is printed at the end.
 """
 
 import argparse
@@ -14,16 +15,21 @@ from digest_pipeline.cli.context import (
     EXIT_OK,
     Context,
     UsageError,
+    add_operator_argument,
     add_period_argument,
     parse_period,
+    require_operator,
     table,
 )
 from digest_pipeline.domain.periods import Period
 from digest_pipeline.domain.states import CLAIMABLE, DeliveryState
 from digest_pipeline.instance import prepare_home
+from digest_pipeline.services import late
 from digest_pipeline.services.metrics import period_metrics
 
 JOB = "weekly_digest_job"
+#: the code location the webserver loads; the run is made for its job, under its name
+WORKSPACE = "workspace.yaml"
 WIDTH = 30
 
 
@@ -37,7 +43,32 @@ def register(sub: Any) -> None:
         ".digest/dagster_home). Re-running a period never sends a digest twice.",
     )
     add_period_argument(p)
+    p.add_argument(
+        "--deliver-late",
+        action="store_true",
+        help="send a missed week (its delivery window closed before any attempt): records an "
+        "audited grant that opens a late window of DIGEST_LATE_WINDOW_SECONDS from now",
+    )
+    p.add_argument("--reason", help="why the week is sent late (required with --deliver-late)")
+    add_operator_argument(p)
     p.set_defaults(handler=run_period)
+
+
+def _open_window(ctx: Context, period: Period, args: argparse.Namespace) -> None:
+    """Refuses a missed week (exit 2, nothing recorded), or records the operator's late grant."""
+    policy, now = ctx.settings.policy, ctx.clock.now()
+    if not args.deliver_late:
+        if args.reason is not None:
+            raise UsageError("--reason is only used with --deliver-late")
+        late.require_deliverable(ctx.ledger, policy, period, now)
+        return
+    if not (args.reason or "").strip():
+        raise UsageError("--deliver-late needs --reason TEXT")
+    operator = require_operator(ctx, args.operator)
+    closes = late.grant_late_delivery(ctx.ledger, policy, period, now, operator, args.reason)
+    ctx.err.write(
+        f"period {period}: late delivery granted by {operator} until {closes:%Y-%m-%d %H:%M} UTC\n"
+    )
 
 
 class Progress:
@@ -84,19 +115,23 @@ def run_period(ctx: Context, args: argparse.Namespace) -> int:
     # Imported here, not at the top: loading Dagster takes seconds `digest status` should not pay.
     import dagster as dg
 
-    from digest_pipeline.definitions import defs
+    from digest_pipeline.cli.workspace_job import execute_workspace_job, workspace_origin
 
     if not (ctx.root / "dagster.yaml").is_file():
         raise UsageError(f"no dagster.yaml in {ctx.root}: run digest from the project folder")
+    workspace_origin(ctx.root / WORKSPACE)  # a missing or odd workspace.yaml: one line, now
+    # last of the checks: a late grant is recorded only when the run can start right after it
+    _open_window(ctx, period, args)
     home = prepare_home(ctx.root, ctx.env)
-    job = defs().resolve_job_def(JOB)
     instance = dg.DagsterInstance.from_config(str(home))
     try:
         with Progress(ctx, period):
-            result = job.execute_in_process(
-                partition_key=period.partition_key,
-                instance=instance,
-                raise_on_error=False,
+            # the job as the workspace's code location defines it, so the run is listed under it
+            result = execute_workspace_job(
+                instance,
+                ctx.root / WORKSPACE,
+                JOB,
+                period.partition_key,
                 # the full event log goes to the instance (and the UI); the terminal gets the bar
                 run_config={"loggers": {"console": {"config": {"log_level": "ERROR"}}}},
             )

@@ -3,6 +3,7 @@
 The schedule is built from the partitioned job: each Monday 06:00 UTC tick requests the week that
 has just ended (a tick on 2026-10-19 runs partition `2026-10-12`, 2026-W42), once per tick. It
 starts stopped; turn it on in the UI or with `dagster schedule start weekly_digest_schedule`.
+The job names no executor: it runs with the code location's (`defs/execution.py`, in-process).
 """
 
 import dagster as dg

@@ -41,6 +41,7 @@ CHECKS = {
         "no_silent_timeout",
         "every_customer_has_visible_state",
         "no_duplicate_send",
+        "every_due_item_attempted",
         "stale_items",
         "dead_letter_volume",
     },

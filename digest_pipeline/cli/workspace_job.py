@@ -1,0 +1,101 @@
+"""Runs one job of the workspace's code location in this process, as the webserver would launch it.
+
+`job.execute_in_process` records each run under an ephemeral job of its own: its own snapshot, no
+code-location origin, so the job's Runs tab never lists it and the Overview timeline shows it as
+jobless. Here the code location `workspace.yaml` names is loaded in this process (the same
+loader its code server uses), the run is created from that location's job exactly as the UI's
+launch creates it (its snapshot, execution plan, tags, origins), with the origin the webserver
+reports (`ManagedGrpcPythonEnvCodeLocationOrigin` from `workspace.yaml`), and then executed in
+this process with the job's own executor (`dagster._core.execution.api.execute_run`).
+"""
+
+import warnings
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import dagster as dg
+from dagster._core.execution.api import execute_run
+from dagster._core.remote_origin import (
+    InProcessCodeLocationOrigin,
+    ManagedGrpcPythonEnvCodeLocationOrigin,
+    RemoteJobOrigin,
+    RemoteRepositoryOrigin,
+)
+from dagster._core.workspace.load_target import WorkspaceFileTarget
+
+from digest_pipeline.cli.context import UsageError
+
+_SCHEDULE_ENV_VARS = r"Property `ScheduleDefinition.environment_vars` is deprecated"
+
+
+def workspace_origin(workspace: Path) -> ManagedGrpcPythonEnvCodeLocationOrigin:
+    """The one Python code location `workspace` names, as the webserver builds its origin."""
+    if not workspace.is_file():
+        raise UsageError(
+            f"no {workspace.name} in {workspace.parent}: run digest from the project folder"
+        )
+    origins = WorkspaceFileTarget(paths=[str(workspace)]).create_origins()
+    python = [o for o in origins if isinstance(o, ManagedGrpcPythonEnvCodeLocationOrigin)]
+    if len(python) != 1 or len(origins) != 1:
+        names = ", ".join(o.location_name for o in origins) or "none"
+        raise UsageError(f"{workspace} must name exactly one Python code location (found {names})")
+    return python[0]
+
+
+def execute_workspace_job(
+    instance: dg.DagsterInstance,
+    workspace: Path,
+    job_name: str,
+    partition_key: str,
+    run_config: Mapping[str, Any],
+) -> dg.JobExecutionResult:
+    """Creates the job's run for the partition as the code location defines it; runs it here.
+
+    The run carries the location's job snapshot, its code origin and the workspace's remote
+    origin (so the `.dagster/repository` tag), and `raise_on_error=False` turns a failed step
+    into a failed run, as before.
+    """
+    origin = workspace_origin(workspace)
+    local = InProcessCodeLocationOrigin(
+        loadable_target_origin=origin.loadable_target_origin, location_name=origin.location_name
+    )
+    with warnings.catch_warnings():
+        # Dagster's own snapshot of the schedule reads this deprecated property (1.13.27,
+        # `external_data.py::ScheduleSnap.from_def`): nothing a user of `digest run` can change
+        warnings.filterwarnings("ignore", _SCHEDULE_ENV_VARS, DeprecationWarning)
+        location = local.create_location(instance)
+    with location:
+        repos = [r for r in location.get_repositories().values() if r.has_job(job_name)]
+        if not repos:
+            raise UsageError(f"code location {origin.location_name} has no job {job_name}")
+        repo = repos[0]
+        remote_job = repo.get_full_job(job_name)
+        recon_job = location.get_reconstructable_job(repo.name, job_name)
+        plan = location.get_execution_plan(
+            remote_job, run_config, step_keys_to_execute=None, known_state=None, instance=instance
+        ).execution_plan_snapshot
+        partition_tags = recon_job.get_definition().get_tags_for_partition_key(
+            partition_key, selected_asset_keys=None
+        )
+        run = instance.create_run(
+            job_name=job_name,
+            run_id=None,
+            run_config=run_config,
+            status=None,
+            tags={**remote_job.run_tags, **partition_tags},
+            root_run_id=None,
+            parent_run_id=None,
+            step_keys_to_execute=plan.step_keys_to_execute,
+            execution_plan_snapshot=plan,
+            job_snapshot=remote_job.job_snapshot,
+            parent_job_snapshot=remote_job.parent_job_snapshot,
+            asset_selection=None,
+            asset_check_selection=None,
+            resolved_op_selection=None,
+            op_selection=None,
+            remote_job_origin=RemoteJobOrigin(RemoteRepositoryOrigin(origin, repo.name), job_name),
+            job_code_origin=remote_job.get_python_origin(),
+            asset_graph=repo.asset_graph,
+        )
+        return execute_run(recon_job, run, instance, raise_on_error=False)
