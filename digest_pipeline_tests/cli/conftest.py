@@ -193,3 +193,23 @@ def mixed(world: World) -> World:
     """The world after `populate_mixed`: sent, failed, dead-lettered and unknown items."""
     populate_mixed(world)
     return world
+
+
+@pytest.fixture
+def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    """A private ledger, outbox and Dagster home; the job's resources read os.environ too."""
+    values = {
+        "DIGEST_DATABASE_URL": f"sqlite:///{tmp_path / 'digest.db'}",
+        "DIGEST_OUTBOX_DIR": str(tmp_path / "outbox"),
+        "DAGSTER_HOME": str(tmp_path / "dagster_home"),
+    }
+    for name, value in values.items():
+        monkeypatch.setenv(name, value)
+    return values
+
+
+def digest(env: dict[str, str], *argv: str) -> tuple[int, str, str]:
+    """`digest ARGV` through `main()` from the project folder: (exit code, stdout, stderr)."""
+    out, err = io.StringIO(), io.StringIO()
+    code = main(list(argv), env=env, root=PROJECT, out=out, err=err)
+    return code, out.getvalue(), err.getvalue()

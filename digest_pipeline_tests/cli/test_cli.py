@@ -13,27 +13,9 @@ from sqlalchemy import text
 
 from digest_pipeline.adapters.sql_engine import create_ledger_engine
 from digest_pipeline.cli import main
+from digest_pipeline_tests.cli.conftest import digest
 
 PROJECT = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture
-def env(tmp_path, monkeypatch) -> dict[str, str]:
-    """A private ledger, outbox and Dagster home; the job's resources read os.environ too."""
-    values = {
-        "DIGEST_DATABASE_URL": f"sqlite:///{tmp_path / 'digest.db'}",
-        "DIGEST_OUTBOX_DIR": str(tmp_path / "outbox"),
-        "DAGSTER_HOME": str(tmp_path / "dagster_home"),
-    }
-    for name, value in values.items():
-        monkeypatch.setenv(name, value)
-    return values
-
-
-def digest(env: dict[str, str], *argv: str) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    code = main(list(argv), env=env, root=PROJECT, out=out, err=err)
-    return code, out.getvalue(), err.getvalue()
 
 
 @pytest.mark.parametrize("command", [[], ["seed"], ["run"], ["status"]])

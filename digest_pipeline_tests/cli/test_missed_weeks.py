@@ -5,7 +5,6 @@ late window with `--deliver-late --reason`, which is audited and then delivers t
 Dagster job's resources run on the real clock, so the weeks are picked relative to today.
 """
 
-import io
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -13,34 +12,15 @@ import pytest
 
 from digest_pipeline.adapters.sql_engine import create_ledger_engine
 from digest_pipeline.adapters.sql_ledger import SqlLedger
-from digest_pipeline.cli import main
 from digest_pipeline.domain.periods import Period
 from digest_pipeline.domain.states import DeliveryState
 from digest_pipeline_tests.builders import seed_period
-from digest_pipeline_tests.cli.conftest import dump
+from digest_pipeline_tests.cli.conftest import digest, dump
 
 PROJECT = Path(__file__).resolve().parents[2]
 #: ended 15-21 days ago: its default 7-day window closed over a week ago
 MISSED = Period.of((datetime.now(UTC) - timedelta(days=21)).date())
 LATEST = Period.of((datetime.now(UTC) - timedelta(days=7)).date())
-
-
-@pytest.fixture
-def env(tmp_path, monkeypatch) -> dict[str, str]:
-    values = {
-        "DIGEST_DATABASE_URL": f"sqlite:///{tmp_path / 'digest.db'}",
-        "DIGEST_OUTBOX_DIR": str(tmp_path / "outbox"),
-        "DAGSTER_HOME": str(tmp_path / "dagster_home"),
-    }
-    for name, value in values.items():
-        monkeypatch.setenv(name, value)
-    return values
-
-
-def digest(env: dict[str, str], *argv: str) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    code = main(list(argv), env=env, root=PROJECT, out=out, err=err)
-    return code, out.getvalue(), err.getvalue()
 
 
 def ledger_dump(env: dict[str, str]) -> dict[str, list[tuple[object, ...]]]:
