@@ -3,11 +3,18 @@
 Dagster reads exactly one `dagster.yaml` from DAGSTER_HOME and fails on an unset `{env: …}`, so
 the storage block is chosen here: SQLite inside DAGSTER_HOME by default, PostgreSQL through
 dagster-postgres when `DAGSTER_PG_URL` or `DAGSTER_PG_HOST` is set.
+
+Dagster creates its SQLite schema on the first `DagsterInstance` of a home, and two processes
+doing that at once collide (`table alembic_version already exists`). So the file is written and
+the instance created and migrated once, under an exclusive lock on `<home>/.digest-instance.lock`:
+a concurrent first `digest run` waits for the lock and then finds the home ready.
 """
 
+import fcntl
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 
 import yaml
@@ -15,6 +22,8 @@ import yaml
 from digest_pipeline.settings import InvalidSetting
 
 DEFAULT_HOME = Path(".digest") / "dagster_home"
+#: held (flock, exclusive) while the home's file is written and its storage created
+LOCK_FILE = ".digest-instance.lock"
 PG_SCHEME = "postgresql+psycopg2"
 PG_FIELDS = {
     "DAGSTER_PG_USERNAME": "username",
@@ -52,20 +61,60 @@ def storage_block(env: Mapping[str, str]) -> dict[str, object] | None:
     return None
 
 
+@contextmanager
+def home_lock(home: Path) -> Iterator[None]:
+    """An exclusive lock on the home, held until the block ends; waits for another holder.
+
+    `flock` is released by the kernel when its holder dies, so a killed run never leaves the
+    home locked; the lock file itself stays (empty) and is reused.
+    """
+    with (home / LOCK_FILE).open("a", encoding="utf-8") as handle:
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+
+
+def _write_if_changed(path: Path, text: str) -> None:
+    """Replaces `path` atomically, and only when its text differs.
+
+    Another process may be reading the file (creating its instance) right after the lock is
+    released; it sees the old file or the new one, never a half-written one.
+    """
+    if path.is_file() and path.read_text(encoding="utf-8") == text:
+        return
+    partial = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    partial.write_text(text, encoding="utf-8")
+    os.replace(partial, path)
+
+
+def initialise_instance(home: Path) -> None:
+    """Creates (or migrates) the home's Dagster storage once, then lets it go."""
+    # Imported here: loading Dagster takes seconds the storage-block checks should not pay.
+    import dagster as dg
+
+    dg.DagsterInstance.from_config(str(home)).dispose()
+
+
 def prepare_home(project_root: Path, env: Mapping[str, str], home: Path | None = None) -> Path:
-    """Writes `<home>/dagster.yaml` from the project's file; returns the home folder."""
+    """Writes `<home>/dagster.yaml` and creates the instance's storage; returns the home folder.
+
+    Both happen under the home's lock (module docstring), so the caller's own `DagsterInstance`
+    finds the storage ready even when another first run prepares the same home at once.
+    """
     storage = storage_block(env)  # refuse a bad storage setting before touching the disk
     chosen = home if home is not None else env.get("DAGSTER_HOME") or project_root / DEFAULT_HOME
     home = Path(chosen).resolve()
-    home.mkdir(parents=True, exist_ok=True)
     config = yaml.safe_load((project_root / "dagster.yaml").read_text(encoding="utf-8")) or {}
     if storage is not None:
         config["storage"] = storage
-    (home / "dagster.yaml").write_text(
-        "# generated from the project's dagster.yaml by digest_pipeline.instance\n"
-        + yaml.safe_dump(config, sort_keys=False),
-        encoding="utf-8",
-    )
+    text = "# generated from the project's dagster.yaml by digest_pipeline.instance\n"
+    text += yaml.safe_dump(config, sort_keys=False)
+    home.mkdir(parents=True, exist_ok=True)
+    with home_lock(home):
+        _write_if_changed(home / "dagster.yaml", text)
+        initialise_instance(home)
     return home
 
 

@@ -35,6 +35,7 @@ from digest_pipeline.domain.model import (
     WorkItem,
 )
 from digest_pipeline.domain.periods import OperationKey, Period
+from digest_pipeline.domain.regeneration import RowReplacement
 from digest_pipeline.domain.states import DeliveryState
 
 
@@ -166,6 +167,26 @@ class Ledger(ABC):
     @abstractmethod
     def keys_with_rows(self, period: Period) -> set[OperationKey]:
         """The period's keys that have live generated rows."""
+
+    def replace_digest_rows(
+        self, keys: Sequence[OperationKey], rows: Iterable[DigestRow]
+    ) -> RowReplacement:
+        """Replaces the live rows of `keys` with `rows`, for never-sent items only, atomically.
+
+        In one transaction, a compare-and-set on each key's state: a key whose work item is in
+        `REGENERABLE` (pending, retry_scheduled, failed, dead_lettered) has its live rows
+        deleted and its rows of `rows` written; any other key (claimed, sent, cleaned, unknown,
+        or no item) is refused and nothing of it changes. A key may get no new rows. Item
+        states never change.
+
+        Not abstract, so a wrapper that has no use for it still instantiates; there is no
+        default, since only the ledger itself can make the check and the write one transaction.
+
+        Raises:
+            ValueError: a row's key is not among `keys`; nothing changes.
+            NotImplementedError: this ledger cannot replace rows.
+        """
+        raise NotImplementedError(f"{type(self).__name__} cannot replace digest rows")
 
     # -- work items ------------------------------------------------------------------------
     @abstractmethod

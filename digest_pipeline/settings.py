@@ -2,9 +2,13 @@
 
 The CLI and the Dagster resources read the same names through `load_settings(environ)`; nothing
 reads the environment at import time. A bad value raises `InvalidSetting` with a one-line message
-that names the variable.
+that names the variable. Every number has a documented range (`SECONDS_RANGES`, `INT_RANGES`,
+the README's configuration table): finite, and small enough that no clock arithmetic of a run can
+overflow, so a bad value stops the command at start instead of crashing a step half way through.
+The database URL must name a supported backend and, for SQLite, a file.
 """
 
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -12,6 +16,10 @@ from email.policy import SMTP
 from pathlib import Path
 from typing import TypeVar
 
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError
+
+from digest_pipeline.domain.breaker import DEFAULT_THRESHOLD
 from digest_pipeline.domain.errors import DigestError, InvalidPolicy
 from digest_pipeline.domain.model import CleanupMode
 from digest_pipeline.domain.policy import DeliveryPolicy
@@ -19,6 +27,39 @@ from digest_pipeline.domain.retry import RetryPolicy
 
 T = TypeVar("T")
 MAILERS = ("outbox", "smtp", "http")
+#: the SQLAlchemy drivers the ledger is tested on (SQLite's own module, psycopg 3, psycopg2)
+DATABASE_SCHEMES = (
+    "sqlite",
+    "sqlite+pysqlite",
+    "postgresql",
+    "postgresql+psycopg",
+    "postgresql+psycopg2",
+)
+_DAY = 86_400.0
+#: (least, most) seconds each duration accepts. The upper bounds keep `now + value` far from
+#: datetime's year 9999 and a lease or retry inside a month; windows stop at a leap year.
+SECONDS_RANGES: dict[str, tuple[float, float]] = {
+    "DIGEST_RETRY_BASE_SECONDS": (0.001, _DAY),
+    "DIGEST_RETRY_CAP_SECONDS": (0.001, 30 * _DAY),
+    "DIGEST_RETRY_MAX_AGE_SECONDS": (1.0, 366 * _DAY),
+    "DIGEST_LEASE_SECONDS": (1.0, 30 * _DAY),
+    "DIGEST_DELIVERY_WINDOW_SECONDS": (1.0, 366 * _DAY),
+    "DIGEST_UNKNOWN_RETENTION_SECONDS": (1.0, 366 * _DAY),
+    "DIGEST_LATE_WINDOW_SECONDS": (1.0, 366 * _DAY),
+    "DIGEST_SMTP_TIMEOUT_SECONDS": (0.1, 3_600.0),
+    "DIGEST_PROVIDER_TIMEOUT_SECONDS": (0.1, 3_600.0),
+    "DIGEST_PROVIDER_IDEMPOTENCY_WINDOW_SECONDS": (1.0, 30 * _DAY),
+}
+#: (least, most) each whole-number setting accepts
+INT_RANGES: dict[str, tuple[int, int]] = {
+    "DIGEST_RETRY_MAX_ATTEMPTS": (1, 1_000),
+    # a thread per send in flight; the claim takes 8 waves of it (defs/resources.py)
+    "DIGEST_CONCURRENCY": (1, 1_024),
+    "DIGEST_BATCH_SIZE": (1, 1_000_000),
+    "DIGEST_SMTP_PORT": (1, 65_535),
+    # consecutive same-code failures that stop a delivery run; 0 turns the breaker off
+    "DIGEST_BREAKER_THRESHOLD": (0, 1_000_000),
+}
 
 
 class InvalidSetting(DigestError, ValueError):
@@ -68,6 +109,8 @@ class Settings:
     provider: ProviderSettings | None = None
     #: who may resolve and replay (`DIGEST_OPERATORS`, comma-separated); empty: anyone
     operators: frozenset[str] = frozenset()
+    #: consecutive same-code failures that stop a delivery run (`DIGEST_BREAKER_THRESHOLD`; 0: off)
+    breaker_threshold: int = DEFAULT_THRESHOLD
 
 
 def default_database_url(root: Path) -> str:
@@ -99,18 +142,90 @@ def _sender(raw: str) -> str:
     return raw
 
 
-def _positive_int(raw: str) -> int:
-    value = int(raw)
-    if value < 1:
-        raise ValueError("must be a whole number of at least 1")
-    return value
+def _number(value: float) -> str:
+    return f"{value:g}" if value < 1e6 else f"{value:.0f}"
 
 
-def _seconds(raw: str) -> timedelta:
-    value = float(raw)
-    if not value > 0:
-        raise ValueError("must be a positive number of seconds")
-    return timedelta(seconds=value)
+def _seconds_text(value: float) -> str:
+    """`0.001`, `3600`, `2592000 (30 days)`: the day count where the seconds are hard to read."""
+    days = value / _DAY
+    if days < 1:
+        return _number(value)
+    return f"{_number(value)} ({_number(days)} day{'s' if days != 1 else ''})"
+
+
+def range_text(name: str) -> str:
+    """The range of a numeric setting as its refusal and the README state it.
+
+    `0.001 to 86400 (1 day)` for a duration in seconds, `1 to 1024` for a whole number.
+    """
+    if name in SECONDS_RANGES:
+        low, high = SECONDS_RANGES[name]
+        return f"{_seconds_text(low)} to {_seconds_text(high)}"
+    low_int, high_int = INT_RANGES[name]
+    return f"{low_int} to {high_int}"
+
+
+def _whole(name: str) -> Callable[[str], int]:
+    """A parser of `name`'s whole number within its `INT_RANGES` bounds."""
+    low, high = INT_RANGES[name]
+
+    def parse(raw: str) -> int:
+        try:
+            value = int(raw)
+        except ValueError:  # not a whole number, or more digits than int() reads
+            value = None
+        if value is None or not low <= value <= high:
+            raise ValueError(f"must be a whole number from {range_text(name)}")
+        return value
+
+    return parse
+
+
+def _seconds(name: str) -> Callable[[str], timedelta]:
+    """A parser of `name`'s duration: finite seconds within its `SECONDS_RANGES` bounds."""
+    low, high = SECONDS_RANGES[name]
+
+    def parse(raw: str) -> timedelta:
+        try:
+            value = float(raw)
+        except ValueError:
+            value = math.nan
+        # NaN fails every comparison; infinity ("inf", "1e400") is refused before timedelta()
+        # could raise OverflowError on it
+        if not (math.isfinite(value) and low <= value <= high):
+            raise ValueError(f"must be a number of seconds from {range_text(name)}")
+        return timedelta(seconds=value)
+
+    return parse
+
+
+def _database_url(env: Mapping[str, str], default: str) -> str:
+    """`DIGEST_DATABASE_URL`: a supported scheme and, for SQLite, a file (never in memory).
+
+    The refusal never repeats the value: a PostgreSQL URL may hold a password.
+    """
+    raw = env.get("DIGEST_DATABASE_URL", "").strip()
+    if not raw:
+        return default
+    try:
+        url = make_url(raw)
+    except (ArgumentError, ValueError) as e:
+        raise InvalidSetting(
+            "DIGEST_DATABASE_URL is not a database URL; use sqlite:///PATH/digest.db or "
+            "postgresql://USER@HOST:PORT/DB"
+        ) from e
+    if url.drivername not in DATABASE_SCHEMES:
+        raise InvalidSetting(
+            f"DIGEST_DATABASE_URL: the scheme {url.drivername}:// is not supported; use one of "
+            f"{', '.join(f'{s}://' for s in DATABASE_SCHEMES)}"
+        )
+    if url.get_backend_name() == "sqlite" and url.database in (None, "", ":memory:"):
+        raise InvalidSetting(
+            "DIGEST_DATABASE_URL names no SQLite file (an in-memory ledger would vanish with "
+            "the command); use sqlite:///PATH/digest.db"
+        )
+    return raw
 
 
 def _choice(options: tuple[str, ...]) -> Callable[[str], str]:
@@ -120,13 +235,6 @@ def _choice(options: tuple[str, ...]) -> Callable[[str], str]:
         return raw
 
     return parse
-
-
-def _port(raw: str) -> int:
-    value = int(raw)
-    if not 0 < value < 65536:
-        raise ValueError("must be a TCP port (1-65535)")
-    return value
 
 
 def _smtp(env: Mapping[str, str], required: bool) -> SmtpSettings | None:
@@ -139,12 +247,15 @@ def _smtp(env: Mapping[str, str], required: bool) -> SmtpSettings | None:
     default_port = {"none": 25, "starttls": 587, "tls": 465}[security]
     return SmtpSettings(
         host=host,
-        port=_read(env, "DIGEST_SMTP_PORT", default_port, _port),
+        port=_read(env, "DIGEST_SMTP_PORT", default_port, _whole("DIGEST_SMTP_PORT")),
         username=env.get("DIGEST_SMTP_USERNAME") or None,
         password=env.get("DIGEST_SMTP_PASSWORD") or None,
         security=security,
         timeout_seconds=_read(
-            env, "DIGEST_SMTP_TIMEOUT_SECONDS", timedelta(seconds=30), _seconds
+            env,
+            "DIGEST_SMTP_TIMEOUT_SECONDS",
+            timedelta(seconds=30),
+            _seconds("DIGEST_SMTP_TIMEOUT_SECONDS"),
         ).total_seconds(),
     )
 
@@ -164,10 +275,16 @@ def _provider(env: Mapping[str, str], required: bool) -> ProviderSettings | None
         url=url,
         api_key=key,
         timeout_seconds=_read(
-            env, "DIGEST_PROVIDER_TIMEOUT_SECONDS", timedelta(seconds=10), _seconds
+            env,
+            "DIGEST_PROVIDER_TIMEOUT_SECONDS",
+            timedelta(seconds=10),
+            _seconds("DIGEST_PROVIDER_TIMEOUT_SECONDS"),
         ).total_seconds(),
         idempotency_window=_read(
-            env, "DIGEST_PROVIDER_IDEMPOTENCY_WINDOW_SECONDS", timedelta(hours=24), _seconds
+            env,
+            "DIGEST_PROVIDER_IDEMPOTENCY_WINDOW_SECONDS",
+            timedelta(hours=24),
+            _seconds("DIGEST_PROVIDER_IDEMPOTENCY_WINDOW_SECONDS"),
         ),
     )
 
@@ -176,37 +293,40 @@ def load_settings(env: Mapping[str, str], root: Path) -> Settings:
     """Reads every `DIGEST_*` setting, with the embedded defaults for anything unset."""
     base = RetryPolicy()
     defaults = DeliveryPolicy()
+
+    def duration(name: str, default: timedelta) -> timedelta:
+        return _read(env, name, default, _seconds(name))
+
+    def whole(name: str, default: int) -> int:
+        return _read(env, name, default, _whole(name))
+
     try:
         policy = DeliveryPolicy(
             retry=RetryPolicy(
-                base=_read(env, "DIGEST_RETRY_BASE_SECONDS", base.base, _seconds),
-                cap=_read(env, "DIGEST_RETRY_CAP_SECONDS", base.cap, _seconds),
-                max_attempts=_read(
-                    env, "DIGEST_RETRY_MAX_ATTEMPTS", base.max_attempts, _positive_int
-                ),
-                max_age=_read(env, "DIGEST_RETRY_MAX_AGE_SECONDS", base.max_age, _seconds),
+                base=duration("DIGEST_RETRY_BASE_SECONDS", base.base),
+                cap=duration("DIGEST_RETRY_CAP_SECONDS", base.cap),
+                max_attempts=whole("DIGEST_RETRY_MAX_ATTEMPTS", base.max_attempts),
+                max_age=duration("DIGEST_RETRY_MAX_AGE_SECONDS", base.max_age),
             ),
-            lease=_read(env, "DIGEST_LEASE_SECONDS", defaults.lease, _seconds),
-            delivery_window=_read(
-                env, "DIGEST_DELIVERY_WINDOW_SECONDS", defaults.delivery_window, _seconds
+            lease=duration("DIGEST_LEASE_SECONDS", defaults.lease),
+            delivery_window=duration("DIGEST_DELIVERY_WINDOW_SECONDS", defaults.delivery_window),
+            unknown_retention=duration(
+                "DIGEST_UNKNOWN_RETENTION_SECONDS", defaults.unknown_retention
             ),
-            unknown_retention=_read(
-                env, "DIGEST_UNKNOWN_RETENTION_SECONDS", defaults.unknown_retention, _seconds
-            ),
-            late_window=_read(env, "DIGEST_LATE_WINDOW_SECONDS", defaults.late_window, _seconds),
+            late_window=duration("DIGEST_LATE_WINDOW_SECONDS", defaults.late_window),
         )
     except InvalidPolicy as e:
         raise InvalidSetting(f"retry settings: {e}") from e
     mailer = _read(env, "DIGEST_MAILER", "outbox", _choice(MAILERS))
     return Settings(
-        database_url=_read(env, "DIGEST_DATABASE_URL", default_database_url(root), str),
+        database_url=_database_url(env, default_database_url(root)),
         mailer=mailer,
         outbox_dir=_read(env, "DIGEST_OUTBOX_DIR", root / ".digest" / "outbox", Path),
         # checked here, so a bad sender stops the run at start instead of failing every item
         from_address=_read(env, "DIGEST_FROM_ADDRESS", "digest@example.com", _sender),
         policy=policy,
-        batch_size=_read(env, "DIGEST_BATCH_SIZE", 5_000, _positive_int),
-        concurrency=_read(env, "DIGEST_CONCURRENCY", 16, _positive_int),
+        batch_size=whole("DIGEST_BATCH_SIZE", 5_000),
+        concurrency=whole("DIGEST_CONCURRENCY", 16),
         cleanup_mode=_read(env, "DIGEST_CLEANUP_MODE", CleanupMode.ARCHIVE, CleanupMode),
         unsubscribe_url=_read(
             env,
@@ -221,6 +341,7 @@ def load_settings(env: Mapping[str, str], root: Path) -> Settings:
         operators=frozenset(
             name.strip() for name in env.get("DIGEST_OPERATORS", "").split(",") if name.strip()
         ),
+        breaker_threshold=whole("DIGEST_BREAKER_THRESHOLD", DEFAULT_THRESHOLD),
     )
 
 

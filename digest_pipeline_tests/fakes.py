@@ -58,6 +58,8 @@ from digest_pipeline.domain.model import (
     snapshot_fingerprint,
 )
 from digest_pipeline.domain.periods import OperationKey, Period
+from digest_pipeline.domain.possible_sends import possible_send_count
+from digest_pipeline.domain.regeneration import REGENERABLE, RowReplacement
 from digest_pipeline.domain.states import (
     CLAIMABLE,
     TERMINAL,
@@ -879,12 +881,21 @@ class FakeLedger(Ledger):
         return offending
 
     def _double_sends_locked(self, period: Period) -> set[str]:
-        confirmed = Counter(
-            a.key
-            for a in self._attempts.values()
-            if a.key.period == period and a.outcome == "sent" and not a.duplicate
-        )
-        return {str(k) for k, n in confirmed.items() if n > 1}
+        """Keys whose history may hold more than one delivery (invariant 4, possible sends)."""
+        history: dict[OperationKey, list[Attempt]] = {}
+        for a in sorted(self._attempts.values(), key=lambda a: a.attempt_id):
+            if a.key.period == period:
+                history.setdefault(a.key, []).append(a)
+        offending: set[str] = set()
+        for key, tries in history.items():
+            if len(tries) < 2:
+                continue
+            item = self._items.get(key)
+            held = item.lease_token if item is not None and item.state is S.CLAIMED else None
+            audit = [e for e in self._audit if e.key == key]
+            if possible_send_count(tries, audit, held) > 1:
+                offending.add(str(key))
+        return offending
 
     def _snapshot_unchanged_locked(self, period: Period) -> InvariantResult:
         name = "snapshot_unchanged"
@@ -954,6 +965,30 @@ class FakeLedger(Ledger):
                 raise LookupError(f"{customer_id} is not in the snapshot of {period}")
             entries[customer_id] = SnapshotEntry(customer_id, recipient)
 
+    # -- regenerated content ---------------------------------------------------------------
+    def replace_digest_rows(
+        self, keys: Sequence[OperationKey], rows: Iterable[DigestRow]
+    ) -> RowReplacement:
+        with self._lock:
+            wanted = list(dict.fromkeys(keys))
+            new = list(rows)
+            strays = sorted({str(r.key) for r in new} - {str(k) for k in wanted})
+            if strays:
+                raise ValueError(f"rows of keys not being replaced: {', '.join(strays[:3])}")
+            refused: dict[OperationKey, DeliveryState | None] = {}
+            replaced: set[OperationKey] = set()
+            for key in wanted:
+                item = self._items.get(key)
+                if item is not None and item.state in REGENERABLE:
+                    replaced.add(key)
+                else:
+                    refused[key] = item.state if item is not None else None
+            removed = sum(len(self._rows.pop(k, [])) for k in replaced)
+            written = [r for r in new if r.key in replaced]
+            for r in written:
+                self._rows.setdefault(r.key, []).append(r)
+            return RowReplacement(frozenset(replaced), refused, removed, len(written))
+
 
 class FaultInjectingMailer(Mailer):
     """Wraps a real mailer: the provider really accepts, then the caller sees a fault.
@@ -989,3 +1024,40 @@ class FaultInjectingMailer(Mailer):
             self._timeout.discard(idempotency_key)
             return SendOutcome.failed(FailureClass.UNKNOWN, "timeout_after_send")
         return outcome
+
+
+class SystemicFailureMailer(Mailer):
+    """Wraps a mailer: while `failing` is set, every send answers it (a revoked API key: 401)
+    without reaching the inner mailer; otherwise the inner mailer sends. Counts every send."""
+
+    def __init__(self, inner: Mailer, failing: SendOutcome | None = None) -> None:
+        self._inner = inner
+        self._lock = threading.Lock()
+        self._sends: Counter[str] = Counter()
+        self.failing = failing
+
+    @property
+    def capabilities(self) -> MailerCapabilities:
+        return self._inner.capabilities
+
+    def lookup(self, idempotency_key: str) -> LookupResult:
+        return self._inner.lookup(idempotency_key)
+
+    def send(self, message: Message, *, idempotency_key: str) -> SendOutcome:
+        with self._lock:
+            self._sends[idempotency_key] += 1
+            failing = self.failing
+        if failing is not None:
+            return failing
+        return self._inner.send(message, idempotency_key=idempotency_key)
+
+    @property
+    def attempted_keys(self) -> set[str]:
+        """Every key a send was asked for, refused or not."""
+        with self._lock:
+            return set(self._sends)
+
+    @property
+    def sends(self) -> int:
+        with self._lock:
+            return self._sends.total()

@@ -3,7 +3,8 @@
 Every mailer sends these bytes or these headers (the outbox stores them, SMTP transmits them, the
 HTTP provider gets the same headers), so the headers a receiver uses to detect duplicates are the
 same everywhere. `check_message` is the cheap gate every path applies: no header value holds a
-line break (header injection) and nothing holds text UTF-8 cannot encode.
+line break (header injection), no header line is longer than RFC 5322's 998 characters, and
+nothing holds text UTF-8 cannot encode.
 """
 
 import re
@@ -15,7 +16,8 @@ from digest_pipeline.domain.model import Message
 
 # RFC 5322 §2.1.1 allows 998 characters a line. Folding at 78 would turn a long, space-less
 # List-Unsubscribe URL into an encoded word that receivers' one-click unsubscribe cannot use.
-WIRE = SMTP.clone(max_line_length=998)
+MAX_LINE = 998
+WIRE = SMTP.clone(max_line_length=MAX_LINE)
 
 # Exactly the boundaries `str.splitlines()` knows: `email.policy` refuses a header value holding
 # one of them, and a receiver may read CR or LF as the start of a new header.
@@ -51,6 +53,10 @@ def check_message(message: Message) -> None:
             raise RenderError(f"{message.key}: a header name is not printable ASCII")
         if _LINE_BREAK.search(value):
             raise RenderError(f"{message.key}: header {name} holds a line break")
+        # `Name: value` unfolded, as the HTTP provider receives it; folding could shorten a
+        # Subject with spaces, but never an address or a URL, and no header here needs it
+        if len(name) + 2 + len(value) > MAX_LINE:
+            raise RenderError(f"{message.key}: header {name} is longer than {MAX_LINE} characters")
         if not _encodable(value):
             raise RenderError(f"{message.key}: header {name} is not valid Unicode")
     if not all(_encodable(part) for part in (message.text, message.html or "")):

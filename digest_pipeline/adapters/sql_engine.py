@@ -19,6 +19,7 @@ import re
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from alembic import command
 from alembic.config import Config
@@ -276,8 +277,13 @@ def guard_engine_errors(engine: Engine) -> Engine:
     return engine
 
 
-def create_ledger_engine(url: str, *, pool_size: int = 10) -> Engine:
-    """An engine for `url`; a SQLite file's folder is created if missing."""
+def create_ledger_engine(url: str, *, pool_size: int = 10, create: bool = True) -> Engine:
+    """An engine for `url`; a SQLite file's folder is created if missing.
+
+    With `create=False` the engine only ever opens a SQLite file that exists: no folder is made,
+    and the file is opened read-write but not create (SQLite's `mode=rw` URI), so a connection
+    to a missing file fails instead of leaving an empty ledger behind.
+    """
     parsed = make_url(url)
     if parsed.get_backend_name() != "sqlite":
         return guard_engine_errors(
@@ -290,10 +296,16 @@ def create_ledger_engine(url: str, *, pool_size: int = 10) -> Engine:
             )
         )
     if parsed.database and parsed.database != ":memory:":
-        Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
+        if create:
+            Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
+        elif parsed.query.get("uri") is None:
+            path = Path(parsed.database).absolute().as_posix()
+            parsed = parsed.set(
+                database=f"file:{quote(path)}", query={**parsed.query, "mode": "rw", "uri": "true"}
+            )
     engine = guard_engine_errors(
         create_engine(
-            url,
+            parsed,
             connect_args={"check_same_thread": False, "timeout": SQLITE_BUSY_TIMEOUT_MS / 1000},
             pool_size=pool_size,
             max_overflow=pool_size,

@@ -8,7 +8,7 @@ from collections.abc import Callable, Collection
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, Select, and_, exists, func, not_, or_, select
+from sqlalchemy import Connection, Select, and_, case, exists, func, not_, or_, select
 
 from digest_pipeline.adapters.sql_schema import (
     attempts,
@@ -26,6 +26,11 @@ from digest_pipeline.domain.model import (
 )
 from digest_pipeline.domain.model import SnapshotEntry as Entry
 from digest_pipeline.domain.periods import Period
+from digest_pipeline.domain.possible_sends import (
+    NOT_DELIVERED_REASONS,
+    REPLAY_ACTIONS,
+    REPLAY_NOT_FOUND_SUFFIX,
+)
 from digest_pipeline.domain.states import DeliveryState
 
 S = DeliveryState
@@ -106,13 +111,67 @@ def _every_item_visible(p: str, now: datetime, enqueued: bool) -> Select[Any]:
 
 
 def _at_most_one_send_per_key(p: str) -> Select[Any]:
-    return (
+    """Keys whose history may hold more than one delivery (`domain.possible_sends`'s rule)."""
+    au = audit_log
+    delivered = and_(a.c.outcome == "sent", a.c.duplicate.is_(False))
+    in_flight = and_(wi.c.state == S.CLAIMED.value, wi.c.lease_token == a.c.lease_token)
+    open_elsewhere = and_(a.c.outcome.is_(None), a.c.finished_at.is_(None), not_(in_flight))
+    # later evidence that nothing had been delivered: a lookup that found nothing (at a
+    # reconciliation or a replay), or an operator's "not sent"
+    cleared = exists().where(
+        au.c.operation_key == a.c.operation_key,
+        au.c.at >= a.c.started_at,
+        or_(
+            and_(au.c.action == "reconcile", au.c.reason.in_(NOT_DELIVERED_REASONS)),
+            and_(au.c.action == "resolve", func.coalesce(au.c.to_state, "") != S.SENT.value),
+            and_(
+                au.c.action == "replay",
+                au.c.reason.endswith(REPLAY_NOT_FOUND_SUFFIX, autoescape=True),
+            ),
+        ),
+    )
+    uncertain = and_(or_(a.c.outcome == "unknown", open_elsewhere), not_(cleared))
+    # the attempt's span: how many replays reopened the key before it started
+    span = (
+        select(func.count())
+        .where(
+            au.c.operation_key == a.c.operation_key,
+            au.c.action.in_(REPLAY_ACTIONS),
+            au.c.at <= a.c.started_at,
+        )
+        .scalar_subquery()
+    )
+    # only keys with two attempts or more that may have delivered can hold two deliveries
+    candidates = (
         select(a.c.operation_key)
         .join(wi, wi.c.operation_key == a.c.operation_key)
-        .where(wi.c.period == p, a.c.outcome == "sent", a.c.duplicate.is_(False))
+        .where(wi.c.period == p, or_(a.c.outcome.in_(["sent", "unknown"]), a.c.outcome.is_(None)))
         .group_by(a.c.operation_key)
         .having(func.count() > 1)
     )
+    tries = (
+        select(
+            a.c.operation_key.label("key"),
+            span.label("span"),
+            case((delivered, 1), else_=0).label("delivered"),
+            case((uncertain, 1), else_=0).label("uncertain"),
+        )
+        .join(wi, wi.c.operation_key == a.c.operation_key)
+        .where(a.c.operation_key.in_(candidates))
+        .subquery()
+    )
+    spans = (
+        select(
+            tries.c.key,
+            func.sum(tries.c.delivered).label("delivered"),
+            func.max(tries.c.uncertain).label("uncertain"),
+        )
+        .group_by(tries.c.key, tries.c.span)
+        .subquery()
+    )
+    # per span: its confirmed sends, or one when it holds only unsettled uncertain attempts
+    sends = case((spans.c.delivered > 0, spans.c.delivered), else_=spans.c.uncertain)
+    return select(spans.c.key).group_by(spans.c.key).having(func.sum(sends) > 1)
 
 
 def _snapshot_unchanged(conn: Connection, period: Period) -> InvariantResult:

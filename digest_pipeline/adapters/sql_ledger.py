@@ -66,6 +66,7 @@ from digest_pipeline.domain.model import (
     format_fingerprint,
 )
 from digest_pipeline.domain.periods import KEY_PREFIX, OperationKey, Period
+from digest_pipeline.domain.regeneration import REGENERABLE, RowReplacement
 from digest_pipeline.domain.states import TERMINAL, DeliveryState, check_transition
 from digest_pipeline.ports import Ledger
 
@@ -923,3 +924,54 @@ class SqlLedger(Ledger):
     ) -> list[InvariantResult]:
         with self._engine.connect() as conn:
             return evaluate_invariants(conn, period, now, names)
+
+    # -- regenerated content ---------------------------------------------------------------
+    def replace_digest_rows(
+        self, keys: Sequence[OperationKey], rows: Iterable[DigestRow]
+    ) -> RowReplacement:
+        wanted = {str(k): k for k in keys}
+        new = list(rows)
+        strays = sorted({str(r.key) for r in new} - wanted.keys())
+        if strays:
+            raise ValueError(f"rows of keys not being replaced: {', '.join(strays[:3])}")
+        never_sent = [s.value for s in REGENERABLE]
+        dr = digest_rows
+        replaced: set[str] = set()
+        refused: dict[OperationKey, DeliveryState | None] = {}
+        removed = written = 0
+        with self._engine.begin() as conn:
+            for chunk in chunked(wanted, KEYS):
+                # Locked until commit (PostgreSQL; SQLite's BEGIN IMMEDIATE serialises writers),
+                # so no worker claims an item between this read and the rows' replacement.
+                q = select(wi.c.operation_key, wi.c.state).where(wi.c.operation_key.in_(chunk))
+                states: dict[str, str] = {k: s for k, s in conn.execute(q.with_for_update())}
+                movable = [k for k in chunk if states.get(k) in never_sent]
+                refused.update(
+                    (wanted[k], DeliveryState(states[k]) if k in states else None)
+                    for k in chunk
+                    if states.get(k) not in never_sent
+                )
+                if not movable:
+                    continue
+                # the state guard again in the statement itself: the compare-and-set on state
+                guard = exists().where(
+                    wi.c.operation_key == dr.c.operation_key, wi.c.state.in_(never_sent)
+                )
+                deleted = conn.execute(dr.delete().where(dr.c.operation_key.in_(movable), guard))
+                removed += deleted.rowcount
+                replaced.update(movable)
+            values = [
+                {
+                    "operation_key": str(r.key),
+                    "period": str(r.key.period),
+                    "customer_id": r.key.customer_id,
+                    "position": r.position,
+                    "payload": r.payload,
+                }
+                for r in new
+                if str(r.key) in replaced
+            ]
+            for part in chunked(values, CHUNK):
+                conn.execute(insert(dr), part)
+                written += len(part)
+        return RowReplacement(frozenset(wanted[k] for k in replaced), refused, removed, written)

@@ -7,7 +7,16 @@ same transaction as the move itself.
 import argparse
 from typing import Any
 
-from digest_pipeline.cli.context import EXIT_OK, Context, emit_json, iso, parse_period, table, when
+from digest_pipeline.cli.context import (
+    EXIT_OK,
+    Context,
+    emit_json,
+    iso,
+    parse_period,
+    printable_row,
+    table,
+    when,
+)
 from digest_pipeline.domain.model import AuditEntry
 
 HEADER = ("at", "actor", "action", "key", "from -> to", "reason")
@@ -29,8 +38,8 @@ def register(sub: Any) -> None:
 def row(e: AuditEntry) -> tuple[object, ...]:
     """One audit row as table cells, in HEADER's order."""
     move = f"{e.from_state or '-'} -> {e.to_state or '-'}"
-    # one line per row, whatever the operator typed
-    return (when(e.at), e.actor, e.action, e.key or "-", move, " ".join(e.reason.split()))
+    # one line per row, whatever an older version stored: control characters escaped
+    return printable_row((when(e.at), e.actor, e.action, e.key or "-", move, e.reason))
 
 
 def as_json(e: AuditEntry) -> dict[str, object]:

@@ -10,6 +10,8 @@ import json
 import logging
 import os
 import random
+import re
+import unicodedata
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -22,6 +24,7 @@ from sqlalchemy import Engine
 from digest_pipeline.adapters.clock import SystemClock
 from digest_pipeline.adapters.factory import build_composer, build_mailer
 from digest_pipeline.adapters.sql_engine import create_ledger_engine, migrate
+from digest_pipeline.adapters.sql_identity import missing_sqlite_file
 from digest_pipeline.adapters.sql_ledger import SqlLedger
 from digest_pipeline.domain.errors import DigestError
 from digest_pipeline.domain.periods import FIRST_PERIOD, Period
@@ -88,6 +91,9 @@ class Context:
     out: TextIO
     err: TextIO
     clock: Clock = field(default_factory=SystemClock)
+    #: set by the commands that may start a new ledger (`digest seed`, `digest run`); every
+    #: other command opens only an existing one and refuses a missing SQLite file
+    creates_ledger: bool = False
     _settings: Settings | None = None
     _engine: Engine | None = None
     _mailer: Mailer | None = None
@@ -100,8 +106,18 @@ class Context:
 
     @property
     def engine(self) -> Engine:
+        """The migrated ledger database, opened on first use.
+
+        A missing SQLite file is refused, before any file or folder is made, unless
+        `creates_ledger` is set.
+        """
         if self._engine is None:
-            self._engine = create_ledger_engine(self.settings.database_url)
+            url = self.settings.database_url
+            if not self.creates_ledger and (path := missing_sqlite_file(url)) is not None:
+                raise UsageError(
+                    f"no ledger at {path.absolute()}; run digest seed or digest run first"
+                )
+            self._engine = create_ledger_engine(url, create=self.creates_ledger)
             migrate(self._engine)
         return self._engine
 
@@ -203,22 +219,156 @@ def parse_state(text: str) -> DeliveryState:
     return DeliveryState(text)
 
 
-def require_operator(ctx: Context, name: str | None) -> str:
-    """Who is acting: `--operator`, else the OS user; refused if `DIGEST_OPERATORS` excludes it."""
-    if name is None:
+def os_user() -> str:
+    """The login name of the process's effective uid: who is really acting.
+
+    Not `getpass.getuser()`, which believes `$LOGNAME`/`$USER` and so is as self-asserted as
+    `--operator`. A uid without a passwd entry (a container's arbitrary uid) is `uid:1000680000`.
+    """
+    try:
+        import pwd
+    except ImportError:  # not POSIX: the login name is the best there is
         try:
-            name = getpass.getuser()
-        except (KeyError, OSError) as e:  # no login name and no passwd entry for the uid
-            raise UsageError("cannot tell who is acting; pass --operator NAME") from e
-    name = name.strip()
-    if not name:
-        raise UsageError("--operator must name someone")
-    allowed = ctx.settings.operators
-    if allowed and name not in allowed:
+            return getpass.getuser()
+        except (KeyError, OSError) as e:
+            raise UsageError("cannot tell which OS user is acting") from e
+    uid = os.geteuid()
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:  # no passwd entry for the uid: the uid itself is who it is
+        return f"uid:{uid}"
+
+
+#: an operator's name is short enough that `name (os:user)` fits the audit's 128-character actor
+MAX_OPERATOR = 64
+#: the audit log's `actor` column
+MAX_ACTOR = 128
+MAX_REASON = 2000
+#: Unicode categories that must never reach a terminal raw: controls (ESC, CR, DEL, C1), format
+#: characters (bidi overrides, zero-width), line and paragraph separators and lone surrogates.
+_UNPRINTABLE = frozenset({"Cc", "Cf", "Zl", "Zp", "Cs"})
+
+
+def _unprintable(ch: str) -> bool:
+    return unicodedata.category(ch) in _UNPRINTABLE
+
+
+def _first_unprintable(text: str) -> str | None:
+    return next((f"U+{ord(ch):04X}" for ch in text if _unprintable(ch)), None)
+
+
+def printable(value: object) -> str:
+    r"""`str(value)` with every control or format character escaped as `\x1b` / `\u202e`.
+
+    For table cells of rows that older versions stored unchecked: an operator's `--reason` with
+    ESC or CR must not repaint the terminal of whoever reads `digest audit` later.
+    """
+    text = str(value)
+    if text.isascii() and text.isprintable():
+        return text
+    out = []
+    for ch in text:
+        if not _unprintable(ch):
+            out.append(ch)
+        elif ord(ch) <= 0xFF:
+            out.append(f"\\x{ord(ch):02x}")
+        elif ord(ch) <= 0xFFFF:
+            out.append(f"\\u{ord(ch):04x}")
+        else:
+            out.append(f"\\U{ord(ch):08x}")
+    return "".join(out)
+
+
+def printable_row(cells: Sequence[object]) -> tuple[str, ...]:
+    """`printable` over every cell of one table row."""
+    return tuple(printable(c) for c in cells)
+
+
+def _refuse_unprintable(flag: str, text: str) -> None:
+    bad = _first_unprintable(text)
+    if bad is not None:
         raise UsageError(
-            f"operator {name!r} may not act: DIGEST_OPERATORS allows only {', '.join(sorted(allowed))}"
+            f"{flag} holds a control or format character ({bad}); give one line of plain text"
         )
-    return name
+
+
+def require_reason(text: str | None, flag: str = "--reason") -> str:
+    """A reason as typed, refused (exit 2) if it holds control characters or is overlong.
+
+    One line of printable text, so the audit row reads the same on every terminal. An empty
+    reason passes through: each service refuses it in its own words.
+    """
+    if text is None:
+        return ""
+    _refuse_unprintable(flag, text)
+    if len(text) > MAX_REASON:
+        raise UsageError(f"{flag} is {len(text)} characters; at most {MAX_REASON}")
+    return text
+
+
+def _operator_grants(allowed: frozenset[str]) -> dict[str, frozenset[str]]:
+    """`DIGEST_OPERATORS` entries as operator -> the OS users who may act as them.
+
+    `alice` lets OS user alice act as alice; `alice=ops` lets OS user ops act as alice too.
+    """
+    grants: dict[str, set[str]] = {}
+    for entry in allowed:
+        name, sep, user = (part.strip() for part in entry.partition("="))
+        if not name or (sep and not user):
+            raise InvalidSetting(f"DIGEST_OPERATORS entry {entry!r}: use NAME or NAME=OS_USER")
+        grants.setdefault(name, set()).add(user if sep else name)
+    return {name: frozenset(users) for name, users in grants.items()}
+
+
+def require_operator(ctx: Context, name: str | None) -> str:
+    """Who is acting, as the audit's actor: `alice`, or `alice (os:bob)` for a claimed name.
+
+    The OS user (the effective uid's login name) is the default and is always recorded: a
+    `--operator` that is not the OS user is refused unless `DIGEST_OPERATORS` grants that OS
+    user the name (`alice=bob`), and is then recorded as `alice (os:bob)`. When
+    `DIGEST_OPERATORS` lists names, anyone else is refused. A name with control characters is
+    refused (exit 2).
+    """
+    user = os_user()
+    if name is not None:
+        _refuse_unprintable("--operator", name)
+        name = name.strip()
+        if not name:
+            raise UsageError("--operator must name someone")
+        if len(name) > MAX_OPERATOR:
+            raise UsageError(f"--operator is {len(name)} characters; at most {MAX_OPERATOR}")
+    claimed = user if name is None else name
+    grants = _operator_grants(ctx.settings.operators)
+    if grants and claimed not in grants:
+        raise UsageError(
+            f"operator {claimed!r} may not act: DIGEST_OPERATORS allows only "
+            f"{', '.join(sorted(grants))}"
+        )
+    if claimed == user:
+        return user
+    if user not in grants.get(claimed, frozenset()):
+        raise UsageError(
+            f"operator {claimed!r} is not the OS user {user!r}: act as yourself (drop --operator) "
+            f"or let {user} act as {claimed} with DIGEST_OPERATORS={claimed}={user}"
+        )
+    actor = f"{claimed} (os:{user})"
+    if len(actor) > MAX_ACTOR:
+        raise UsageError(f"operator {claimed!r} as OS user {user!r} is too long to audit")
+    return actor
+
+
+def ascii_int(text: str) -> int:
+    """An argparse `type` for integers: ASCII digits only, with an optional leading minus.
+
+    `int()` also takes U+FF13 (a full-width 3), `1_000` and surrounding spaces; the periods
+    (`2026-W42`) refuse such spellings, so integer arguments do too.
+    """
+    if not _ASCII_INT.fullmatch(text):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number in ASCII digits")
+    return int(text)
+
+
+_ASCII_INT = re.compile(r"-?[0-9]+")
 
 
 def build_deliverer(ctx: Context, owner: str) -> Deliverer:

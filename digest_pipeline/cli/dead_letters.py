@@ -14,6 +14,7 @@ from digest_pipeline.cli.context import (
     emit_json,
     iso,
     parse_period,
+    printable_row,
     table,
     when,
 )
@@ -47,16 +48,18 @@ def register(sub: Any) -> None:
 
 def row(d: DeadLetterRecord) -> tuple[object, ...]:
     """One dead-letter row as table cells, in HEADER's order."""
-    return (
-        d.key,
-        d.key.customer_id,
-        d.reason,
-        d.last_failure_class or "-",
-        d.attempts,
-        when(d.first_attempt_at),
-        when(d.last_attempt_at),
-        when(d.created_at),
-        when(d.replayed_at),
+    return printable_row(
+        (
+            d.key,
+            d.key.customer_id,
+            d.reason,
+            d.last_failure_class or "-",
+            d.attempts,
+            when(d.first_attempt_at),
+            when(d.last_attempt_at),
+            when(d.created_at),
+            when(d.replayed_at),
+        )
     )
 
 

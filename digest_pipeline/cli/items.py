@@ -18,6 +18,8 @@ from digest_pipeline.cli.context import (
     iso,
     parse_period,
     parse_state,
+    printable,
+    printable_row,
     table,
     when,
 )
@@ -68,18 +70,20 @@ def register(sub: Any) -> None:
 
 def row(i: WorkItem) -> tuple[object, ...]:
     """One item as table cells, in HEADER's order."""
-    return (
-        i.key,
-        i.customer_id,
-        i.state,
-        i.attempts,
-        i.last_failure_class or "-",
-        i.last_detail or "-",
-        when(i.first_attempt_at),
-        when(i.last_attempt_at),
-        when(i.next_attempt_at),
-        i.lease_owner or "-",
-        when(i.lease_expires_at),
+    return printable_row(
+        (
+            i.key,
+            i.customer_id,
+            i.state,
+            i.attempts,
+            i.last_failure_class or "-",
+            i.last_detail or "-",
+            when(i.first_attempt_at),
+            when(i.last_attempt_at),
+            when(i.next_attempt_at),
+            i.lease_owner or "-",
+            when(i.lease_expires_at),
+        )
     )
 
 
@@ -106,16 +110,18 @@ def as_json(i: WorkItem) -> dict[str, object]:
 
 def attempt_row(a: Attempt) -> tuple[object, ...]:
     """One attempt as table cells, in ATTEMPT_HEADER's order."""
-    return (
-        a.number,
-        a.token,
-        a.worker,
-        when(a.started_at),
-        when(a.finished_at),
-        a.outcome or "open",
-        a.detail or "-",
-        a.provider_message_id or "-",
-        "yes" if a.duplicate else "no",
+    return printable_row(
+        (
+            a.number,
+            a.token,
+            a.worker,
+            when(a.started_at),
+            when(a.finished_at),
+            a.outcome or "open",
+            a.detail or "-",
+            a.provider_message_id or "-",
+            "yes" if a.duplicate else "no",
+        )
     )
 
 
@@ -186,7 +192,7 @@ def _story(ctx: Context, key: OperationKey, as_json_output: bool) -> int:
     ctx.write()
     fields = [
         *zip(HEADER, row(item), strict=True),
-        ("provider message id", item.provider_message_id or "-"),
+        ("provider message id", printable(item.provider_message_id or "-")),
         ("sent", when(item.sent_at)),
         ("cleaned", when(item.cleaned_at)),
         ("replayed", when(item.replayed_at)),

@@ -3,8 +3,10 @@
 Keys are named one by one (`--key`, repeatable) or in a file (`--keys-file`), never by a query,
 so replaying everything at once is impossible by design; more than 100 keys needs `--max-keys`.
 The whole request is checked before anything changes, each key is reconciled first, and every
-reopened key is audited with the operator and reason. Replay only reopens: the next
-`digest sweep` or sensor run delivers.
+reopened key is audited with the operator and reason. A key an earlier attempt may already have
+delivered (its outcome was `unknown`, and nothing since says it was not delivered) refuses the
+whole request unless `--accept-possible-duplicate` is given; `--dry-run` shows that attempt.
+Replay only reopens: the next `digest sweep` or sensor run delivers.
 """
 
 import argparse
@@ -17,14 +19,21 @@ from digest_pipeline.cli.context import (
     UsageError,
     add_operator_argument,
     add_period_argument,
+    ascii_int,
     emit_json,
     parse_period,
     require_operator,
+    require_reason,
     table,
 )
-from digest_pipeline.domain.errors import InvalidOperationKey
+from digest_pipeline.domain.errors import InvalidOperationKey, PossibleDuplicateRefused
 from digest_pipeline.domain.periods import OperationKey
-from digest_pipeline.services.replay import DEFAULT_REPLAY_CAP, ReplayReport, replay_keys
+from digest_pipeline.services.replay import (
+    DEFAULT_REPLAY_CAP,
+    ReplayLine,
+    ReplayReport,
+    replay_keys,
+)
 
 
 def register(sub: Any) -> None:
@@ -36,8 +45,10 @@ def register(sub: Any) -> None:
         "(repeatable) or --keys-file. The request is refused as a whole, with nothing changed, "
         "if any key is of another period, unknown, or not dead-lettered or failed, or if there "
         f"are more than {DEFAULT_REPLAY_CAP} keys (raise with --max-keys). Each key is "
-        "reconciled first: one with evidence of delivery is left alone. Replayed keys are "
-        "delivered by the next digest sweep or sensor run.",
+        "reconciled first: one with evidence of delivery is left alone. A key an earlier attempt "
+        "may have delivered (outcome unknown, no later evidence it was not) is a possible "
+        "duplicate: the request is refused unless --accept-possible-duplicate is given. "
+        "Replayed keys are delivered by the next digest sweep or sensor run.",
     )
     add_period_argument(p)
     p.add_argument(
@@ -52,8 +63,14 @@ def register(sub: Any) -> None:
     add_operator_argument(p)
     p.add_argument("--dry-run", action="store_true", help="show the plan per key; change nothing")
     p.add_argument(
+        "--accept-possible-duplicate",
+        action="store_true",
+        help="replay keys an earlier attempt may already have delivered (the customer may get "
+        "a second copy); recorded in each such key's audit row",
+    )
+    p.add_argument(
         "--max-keys",
-        type=int,
+        type=ascii_int,
         metavar="N",
         help=f"the cap on keys in this request (default {DEFAULT_REPLAY_CAP}); must be at least 1",
     )
@@ -98,16 +115,37 @@ def as_json(report: ReplayReport, cap: int, operator: str) -> dict[str, object]:
         "cap": cap,
         "operator": operator,
         "replayed": report.replayed,
+        "accept_possible_duplicate": report.accepted_possible_duplicate,
+        "possible_duplicates": [str(k) for k in report.possible_duplicates],
         "keys": [
             {
                 "key": str(line.key),
                 "state": line.state,
                 "plan": line.plan,
                 "evidence": line.evidence,
+                "possible_send": _possible_send_json(line),
             }
             for line in report.lines
         ],
     }
+
+
+def _possible_send_json(line: ReplayLine) -> dict[str, object] | None:
+    ps = line.possible_send
+    if ps is None:
+        return None
+    return {
+        "attempt": ps.number,
+        "outcome": ps.outcome,
+        "started_at": ps.started_at.isoformat(),
+        "detail": ps.detail,
+        "provider_message_id": ps.provider_message_id,
+    }
+
+
+def _evidence_text(line: ReplayLine) -> str:
+    ps = line.possible_send
+    return line.evidence if ps is None else f"{line.evidence}; {ps.describe()}"
 
 
 def run_replay(ctx: Context, args: argparse.Namespace) -> int:
@@ -118,17 +156,25 @@ def run_replay(ctx: Context, args: argparse.Namespace) -> int:
     if cap < 1:
         raise UsageError(f"--max-keys must be at least 1, not {cap}")
     operator = require_operator(ctx, args.operator)
-    report = replay_keys(
-        ctx.ledger,
-        ctx.mailer,
-        ctx.clock,
-        period,
-        keys,
-        operator=operator,
-        reason=args.reason,
-        dry_run=args.dry_run,
-        cap=cap,
-    )
+    try:
+        report = replay_keys(
+            ctx.ledger,
+            ctx.mailer,
+            ctx.clock,
+            period,
+            keys,
+            operator=operator,
+            reason=require_reason(args.reason),
+            dry_run=args.dry_run,
+            cap=cap,
+            accept_possible_duplicate=args.accept_possible_duplicate,
+        )
+    except PossibleDuplicateRefused as e:
+        raise UsageError(
+            f"replay refused, nothing changed: {len(e.keys)} key(s) may already have been "
+            f"delivered: {', '.join(e.keys)}; --dry-run shows the attempt, and "
+            "--accept-possible-duplicate replays them anyway (a second copy is possible)"
+        ) from e
     if args.json:
         emit_json(ctx, as_json(report, cap, operator))
         return EXIT_OK
@@ -137,10 +183,21 @@ def run_replay(ctx: Context, args: argparse.Namespace) -> int:
     ctx.write()
     table(
         ctx,
-        [(line.key, line.state, line.plan, line.evidence) for line in report.lines],
+        [(line.key, line.state, line.plan, _evidence_text(line)) for line in report.lines],
         ("key", "state", "plan", "evidence"),
     )
     ctx.write()
+    doubtful = len(report.possible_duplicates)
+    if doubtful and report.accepted_possible_duplicate:
+        ctx.write(
+            f"{doubtful} possible duplicate(s) accepted by {operator}: the customer may get a "
+            "second copy; the audit row says so"
+        )
+    elif doubtful:
+        ctx.write(
+            f"{doubtful} possible duplicate(s): an earlier attempt may have delivered them; "
+            "without --accept-possible-duplicate the replay is refused"
+        )
     if report.dry_run:
         ctx.write("dry run: nothing changed; run again without --dry-run to replay")
     else:

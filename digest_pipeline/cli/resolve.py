@@ -15,6 +15,7 @@ from digest_pipeline.cli.context import (
     emit_json,
     iso,
     require_operator,
+    require_reason,
 )
 from digest_pipeline.domain.periods import OperationKey
 from digest_pipeline.domain.states import DeliveryState
@@ -57,7 +58,7 @@ def run_resolve(ctx: Context, args: argparse.Namespace) -> int:
         ctx.clock,
         key,
         sent=OUTCOMES[args.outcome],
-        reason=args.reason,
+        reason=require_reason(args.reason),
         operator=operator,
     )
     if args.json:

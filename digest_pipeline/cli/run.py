@@ -19,6 +19,7 @@ from digest_pipeline.cli.context import (
     add_period_argument,
     parse_period,
     require_operator,
+    require_reason,
     table,
 )
 from digest_pipeline.domain.periods import Period
@@ -65,7 +66,9 @@ def _open_window(ctx: Context, period: Period, args: argparse.Namespace) -> None
     if not (args.reason or "").strip():
         raise UsageError("--deliver-late needs --reason TEXT")
     operator = require_operator(ctx, args.operator)
-    closes = late.grant_late_delivery(ctx.ledger, policy, period, now, operator, args.reason)
+    closes = late.grant_late_delivery(
+        ctx.ledger, policy, period, now, operator, require_reason(args.reason)
+    )
     ctx.err.write(
         f"period {period}: late delivery granted by {operator} until {closes:%Y-%m-%d %H:%M} UTC\n"
     )
@@ -109,6 +112,7 @@ class Progress:
 
 def run_period(ctx: Context, args: argparse.Namespace) -> int:
     """Materialises the period; exit 1 if the run or a blocking check failed."""
+    ctx.creates_ledger = True
     period = parse_period(ctx, args.period)
     settings = ctx.settings  # a bad setting fails here, before anything runs
     ledger = ctx.ledger  # migrated before the progress line starts reading it

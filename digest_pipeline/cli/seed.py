@@ -6,7 +6,14 @@ from typing import Any
 
 from digest_pipeline.adapters.customer_source import SqlCustomerSource
 from digest_pipeline.adapters.demo_data import seed_demo
-from digest_pipeline.cli.context import EXIT_OK, Context, UsageError, parse_period, table
+from digest_pipeline.cli.context import (
+    EXIT_OK,
+    Context,
+    UsageError,
+    ascii_int,
+    parse_period,
+    table,
+)
 from digest_pipeline.services.content import generate_content
 from digest_pipeline.services.snapshot import take_snapshot
 
@@ -22,14 +29,17 @@ def register(sub: Any) -> None:
         "also freeze that period's eligibility and generate its digest rows, exactly as the "
         "eligibility_snapshot and digest_content assets do.",
     )
-    p.add_argument("--customers", type=int, required=True, help="how many customers (1 or more)")
-    p.add_argument("--seed", type=int, default=7, help="random seed (default 7)")
+    p.add_argument(
+        "--customers", type=ascii_int, required=True, help="how many customers (1 or more)"
+    )
+    p.add_argument("--seed", type=ascii_int, default=7, help="random seed (default 7)")
     p.add_argument("--period", help="also freeze and generate this period (2026-W42 or latest)")
     p.set_defaults(handler=run_seed)
 
 
 def run_seed(ctx: Context, args: argparse.Namespace) -> int:
     """Seeds the demo data (and the period, with --period)."""
+    ctx.creates_ledger = True
     if not 1 <= args.customers <= MAX_CUSTOMERS:
         raise UsageError(f"--customers must be between 1 and {MAX_CUSTOMERS}")
     period = parse_period(ctx, args.period) if args.period else None

@@ -1,8 +1,14 @@
-"""`digest status`: a period's counts by state, its invariants and its metrics, from the ledger."""
+"""`digest status`: a period's counts by state, its invariants and its metrics, from the ledger.
+
+It also recounts, from the customer source as it is now, the eligible customers the snapshot
+leaves out (an invalid id, an address over 320 characters): they are never sent a digest, and
+nothing else shows them. Invalid ids are counted, never printed; such an id may hold anything.
+"""
 
 import argparse
 from typing import Any
 
+from digest_pipeline.adapters.customer_source import SqlCustomerSource
 from digest_pipeline.cli.context import (
     EXIT_FAILED,
     EXIT_OK,
@@ -12,7 +18,9 @@ from digest_pipeline.cli.context import (
     parse_period,
     table,
 )
+from digest_pipeline.domain.model import MAX_ADDRESS_LENGTH
 from digest_pipeline.services.metrics import period_metrics
+from digest_pipeline.services.snapshot import count_exclusions
 
 
 def register(sub: Any) -> None:
@@ -35,6 +43,7 @@ def run_status(ctx: Context, args: argparse.Namespace) -> int:
     metrics = period_metrics(ledger, period, now)
     invariants = ledger.check_invariants(period, now)
     ok = all(r.passed for r in invariants)
+    excluded = count_exclusions(SqlCustomerSource(ctx.engine))
     if args.json:
         emit_json(
             ctx,
@@ -45,12 +54,24 @@ def run_status(ctx: Context, args: argparse.Namespace) -> int:
                     r.name: {"passed": r.passed, "violations": r.violations, "sample": r.sample}
                     for r in invariants
                 },
-                "metrics": metrics.as_flat_dict(),
+                "metrics": {
+                    **metrics.as_flat_dict(),
+                    # recounted from the source now: eligible customers the snapshot leaves out
+                    "left_out_invalid_ids": excluded.invalid_ids,
+                    "left_out_long_addresses": excluded.long_addresses,
+                    "left_out_long_address_ids": list(excluded.long_address_ids),
+                },
                 "dead_letters": metrics.dead_letters,
             },
         )
         return EXIT_OK if ok else EXIT_FAILED
     ctx.write(f"period {period} (partition {period.partition_key}), eligible {metrics.eligible}")
+    if excluded.total:
+        sample = f" ({', '.join(excluded.long_address_ids)})" if excluded.long_addresses else ""
+        ctx.write(
+            f"left out (source now): {excluded.invalid_ids} invalid customer ids, "
+            f"{excluded.long_addresses} addresses over {MAX_ADDRESS_LENGTH} characters{sample}"
+        )
     ctx.write()
     table(ctx, sorted(metrics.by_state.items()), ("state", "items"))
     ctx.write()

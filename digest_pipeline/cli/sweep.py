@@ -2,6 +2,8 @@
 
 Recover expired leases, reconcile `unknown` items, deliver due items and retries, clean sent
 items: each step is idempotent, so a sweep next to a running sensor or a second sweep is safe.
+A refused period (a missed week, a changed snapshot) prints one `refused:` line, a delivery the
+circuit breaker stopped one `stopped:` line; either makes the exit status 1.
 """
 
 import argparse
@@ -61,6 +63,8 @@ def as_json(report: SweepReport) -> dict[str, object]:
         },
         "cleaned": {str(p): _cleaned_json(c) for p, c in report.cleaned.items()},
         "refused": {str(p): why for p, why in report.refused.items()},
+        "stopped": report.stopped,
+        "released": report.delivered.released,
     }
 
 
@@ -75,11 +79,15 @@ def run_sweep(ctx: Context, args: argparse.Namespace) -> int:
         batch_size=settings.batch_size,
         concurrency=settings.concurrency,
         cleanup_mode=settings.cleanup_mode,
+        breaker_threshold=settings.breaker_threshold,
     )
-    # A missed week left alone is not a clean sweep: exit 1, so a cron job's alert fires.
-    status = EXIT_FAILED if report.refused else EXIT_OK
+    # A period left alone, or a delivery the breaker stopped, is not a clean sweep: exit 1, so a
+    # cron job's alert fires.
+    status = EXIT_FAILED if report.refused or report.stopped else EXIT_OK
     for why in report.refused.values():
         ctx.err.write(f"refused: {why}\n")
+    if report.stopped:
+        ctx.err.write(f"stopped: {report.stopped}\n")
     if args.json:
         emit_json(ctx, as_json(report))
         return status
@@ -108,5 +116,7 @@ def run_sweep(ctx: Context, args: argparse.Namespace) -> int:
     rows = [("claimed", delivered.claimed)]
     rows += [(f"ended {s}", n) for s, n in sorted(delivered.outcomes.items())]
     rows.append(("lost races", delivered.lost_races))
+    if delivered.released:
+        rows.append(("given back unsent", delivered.released))
     table(ctx, rows, ("delivery", "items"))
     return status

@@ -7,7 +7,7 @@ re-materialise; the services are idempotent and the metadata says what a re-run 
 
 import dagster as dg
 
-from digest_pipeline.defs.guards import refuse_missed_week
+from digest_pipeline.defs.guards import refuse_missed_week, refused
 from digest_pipeline.defs.partitions import weekly_partitions
 from digest_pipeline.defs.report import period_metadata, seconds
 from digest_pipeline.defs.resources import DeliveryResource
@@ -20,6 +20,8 @@ from digest_pipeline.services.metrics import period_metrics
 from digest_pipeline.services.snapshot import take_snapshot
 
 GROUP = "digest"
+#: excluded product ids listed in `digest_content`'s metadata (the count is always complete)
+EXCLUDED_SHOWN = 100
 
 
 @dg.asset(group_name=GROUP, partitions_def=weekly_partitions)
@@ -71,12 +73,26 @@ def digest_content(
 
     Customers who already have rows, or whose digest was already sent, are skipped
     (`skipped_existing`); `without_picks` counts customers the catalogue offered nothing.
+    Catalogue products a digest cannot carry (a bad link, title, price) are left out of every
+    pick: when there are any, `excluded_products` counts them and `excluded_product_ids` names
+    each id with the fields that failed (the `catalogue_products_valid` check warns about them).
 
     Partitions are keyed by the ISO week's Monday (UTC): partition 2026-10-12 is period
     2026-W42; the metadata's `period` names the week.
     """
     period = Period.parse(context.partition_key)
     report = generate_content(customer_source, ledger, period)
+    # only when there are some: a clean catalogue's metadata stays as it always was
+    excluded: dict[str, int | dg.MetadataValue] = (
+        {
+            "excluded_products": len(report.excluded),
+            "excluded_product_ids": dg.MetadataValue.json(
+                {b.product_id: list(b.fields) for b in report.excluded[:EXCLUDED_SHOWN]}
+            ),
+        }
+        if report.excluded
+        else {}
+    )
     return dg.MaterializeResult(
         metadata={
             **period_metadata(period),
@@ -84,6 +100,7 @@ def digest_content(
             "rows": report.rows,
             "skipped_existing": report.skipped_existing,
             "without_picks": report.without_picks,
+            **excluded,
         }
     )
 
@@ -127,7 +144,8 @@ def digest_cleanup(
     2026-W42; the metadata's `period` names the week.
     """
     period = Period.parse(context.partition_key)
-    report = clean_period(ledger, clock, period, delivery.settings().cleanup_mode)
+    with refused():  # a changed snapshot: the step fails with its line, nothing is cleaned
+        report = clean_period(ledger, clock, period, delivery.settings().cleanup_mode)
     metrics = period_metrics(ledger, period, clock.now())
     held_back = {
         f"held_back_{reason.removeprefix('not_sent:')}": n

@@ -3,7 +3,8 @@
 A plan step recovers expired leases and counts the period's due items, then yields one dynamic
 output per batch (`batch_0000`, `batch_0001`, …: surrogate names, never a key or an address).
 Each mapped step claims and delivers up to one batch with bounded concurrency; a customer's
-failed send is a recorded state, so only an infrastructure fault fails a step. The collect step
+failed send is a recorded state, so only an infrastructure fault, a week whose frozen snapshot
+changed, or the circuit breaker (the provider failing every send the same way) fails a step. The collect step
 reconciles `unknown` items and records the period's numbers, read back from the ledger.
 """
 
@@ -14,7 +15,7 @@ from typing import Any
 
 import dagster as dg
 
-from digest_pipeline.defs.guards import refuse_missed_week
+from digest_pipeline.defs.guards import refuse_changed_snapshot, refuse_missed_week, refused
 from digest_pipeline.defs.partitions import weekly_partitions
 from digest_pipeline.defs.report import delivery_metadata
 from digest_pipeline.defs.resources import DeliveryResource
@@ -41,6 +42,7 @@ def plan_batches(
     """Recovers expired leases, then yields one batch per `batch_size` due items."""
     period = Period.parse(context.partition_key)
     refuse_missed_week(ledger, delivery.settings().policy, clock, period)
+    refuse_changed_snapshot(ledger, clock, period)
     now = clock.now()
     recovered = ledger.recover_expired_leases(now)
     counts = ledger.state_counts(period)
@@ -81,13 +83,15 @@ def deliver_batch(
         random.Random().random,
         owner=f"{context.run.run_id[:8]}:{context.get_mapping_key()}",
     )
-    report = deliver_due(
-        deliverer,
-        batch_size=settings.claim_size,
-        concurrency=settings.concurrency,
-        period=Period.parse(context.partition_key),
-        max_items=settings.batch_size,
-    )
+    with refused():
+        report = deliver_due(
+            deliverer,
+            batch_size=settings.claim_size,
+            concurrency=settings.concurrency,
+            period=Period.parse(context.partition_key),
+            max_items=settings.batch_size,
+            breaker_threshold=settings.breaker_threshold,
+        )
     return {"claimed": report.claimed, "lost_races": report.lost_races, **report.outcomes}
 
 

@@ -2,22 +2,41 @@
 
 A missed week (its window closed before any attempt) fails the step with the same one line
 `digest run` prints, so a UI or schedule run of it is red with the reason, never a quiet green.
+So does a week whose frozen snapshot changed after the freeze, and a delivery the circuit
+breaker stopped: `refused` turns the services' named errors into a `dg.Failure` with their line.
 """
+
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import dagster as dg
 
-from digest_pipeline.domain.errors import LateWeekRefused
+from digest_pipeline.domain.errors import BreakerOpen, LateWeekRefused, SnapshotTampered
 from digest_pipeline.domain.periods import Period
 from digest_pipeline.domain.policy import DeliveryPolicy
 from digest_pipeline.ports import Clock, Ledger
 from digest_pipeline.services import late
+from digest_pipeline.services.snapshot_gate import require_unchanged_snapshot
+
+
+@contextmanager
+def refused() -> Iterator[None]:
+    """Raises `dg.Failure` (no step retry) with the line of a refusal raised inside."""
+    try:
+        yield
+    except (LateWeekRefused, SnapshotTampered, BreakerOpen) as e:
+        raise dg.Failure(description=str(e), allow_retries=False) from None
 
 
 def refuse_missed_week(
     ledger: Ledger, policy: DeliveryPolicy, clock: Clock, period: Period
 ) -> None:
     """Raises `dg.Failure` (no step retry) with the refusal's line for a missed week."""
-    try:
+    with refused():
         late.require_deliverable(ledger, policy, period, clock.now())
-    except LateWeekRefused as e:
-        raise dg.Failure(description=str(e), allow_retries=False) from None
+
+
+def refuse_changed_snapshot(ledger: Ledger, clock: Clock, period: Period) -> None:
+    """Raises `dg.Failure` (no step retry) for a week whose frozen snapshot changed."""
+    with refused():
+        require_unchanged_snapshot(ledger, period, clock.now())

@@ -26,6 +26,7 @@ from digest_pipeline.adapters.factory import build_composer, build_mailer
 from digest_pipeline.adapters.sql_engine import create_ledger_engine, migrate
 from digest_pipeline.adapters.sql_ledger import SqlLedger
 from digest_pipeline.defs.run_ledger import open_run_ledger
+from digest_pipeline.domain.breaker import DEFAULT_THRESHOLD
 from digest_pipeline.domain.model import CleanupMode
 from digest_pipeline.domain.policy import DeliveryPolicy
 from digest_pipeline.ports import Composer, CustomerSource, Ledger, Mailer
@@ -133,6 +134,8 @@ class DeliverySettings:
     stale_after_seconds: float
     #: `dead_letter_volume` warns above this share of (dead-lettered + failed) / eligible
     dead_letter_rate_threshold: float
+    #: consecutive same-code failures that stop a delivery step (`DIGEST_BREAKER_THRESHOLD`)
+    breaker_threshold: int = DEFAULT_THRESHOLD
 
     @property
     def claim_size(self) -> int:
@@ -162,6 +165,7 @@ class DeliveryResource(dg.ConfigurableResource["DeliveryResource"]):
     delivery_window_seconds: float | None = None
     unknown_retention_seconds: float | None = None
     late_window_seconds: float | None = None
+    breaker_threshold: int | None = None
     stale_after_seconds: float = 6 * 3600.0
     dead_letter_rate_threshold: float = 0.05
 
@@ -180,6 +184,7 @@ class DeliveryResource(dg.ConfigurableResource["DeliveryResource"]):
             s.cleanup_mode,
             self.stale_after_seconds,
             self.dead_letter_rate_threshold,
+            s.breaker_threshold,
         )
 
 

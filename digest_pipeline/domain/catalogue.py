@@ -1,13 +1,17 @@
 """What goes into one customer's digest: product picks from the catalogue and recent orders.
 
 The picking rule is pure and deterministic (ties break by product id), so a re-run of a period
-chooses the same products and a test can state exactly what a customer should see.
+chooses the same products and a test can state exactly what a customer should see. A product
+that cannot become a safe message (`product_problems`) is never picked: one malformed catalogue
+row costs that product its place in the digests, never a customer their digest.
 """
 
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
+from urllib.parse import urlsplit
 
 from digest_pipeline.domain.model import DigestRow
 from digest_pipeline.domain.periods import OperationKey, Period
@@ -27,6 +31,128 @@ class Product:
     url: str
     image_url: str | None
     created_at: datetime
+
+
+#: the catalogue's column widths (sql_schema.products): a longer value did not come from there
+_ID_MAX, _TITLE_MAX, _URL_MAX = 64, 300, 500
+#: a price above this (100 million in major units) is a data error, not a product
+MAX_PRICE_CENTS = 10_000_000_000
+# C0 and C1 controls, DEL, and the Unicode line and paragraph separators the email package and
+# receivers treat as line breaks
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+# Never in a link: whitespace, quotes (they end an HTML attribute), angle brackets and the
+# backslash (browsers read it as `/`) - RFC 3986 does not allow any of them unencoded.
+_NOT_IN_URL = re.compile("[\\s\"'<>\\\\`]")
+_PLAIN_ID = re.compile(r"[A-Za-z0-9._:/+-]+")
+_CURRENCY = re.compile(r"[A-Z]{3}")
+
+
+@dataclass(frozen=True)
+class ProductProblem:
+    """A product left out of every digest, by id, with the fields that failed (no values)."""
+
+    #: the product id as `shown_id` prints it
+    product_id: str
+    #: the failing fields, in `Product`'s field order, e.g. `("image_url",)`
+    fields: tuple[str, ...]
+
+
+def shown_id(product_id: object) -> str:
+    """A product id safe to print in a log line, a detail or metadata: plain ids stay as they are.
+
+    Anything else (spaces, quotes, controls, too long) comes out as its `ascii()` form, cut to
+    the catalogue's id width, so an id can be reported without carrying what made it bad.
+    """
+    text = str(product_id)
+    if _PLAIN_ID.fullmatch(text) and len(text) <= _ID_MAX:
+        return text
+    return ascii(text)[:_ID_MAX]
+
+
+def _encodable(text: str) -> bool:
+    # a lone surrogate from a badly decoded source cannot be sent in any message
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _text_ok(value: object, limit: int) -> bool:
+    return (
+        isinstance(value, str)
+        and bool(value.strip())
+        and len(value) <= limit
+        and not _CONTROL.search(value)
+        and _encodable(value)
+    )
+
+
+def is_web_link(value: object) -> bool:
+    """An absolute `http`/`https` URL with a host, nothing a browser or mail client misreads.
+
+    Refused: other schemes (`javascript:`), relative links, credentials before the host (`https:
+    //shop.example@evil.example`), a bad port, whitespace, quotes, `<>`, backslashes, controls.
+    """
+    if not isinstance(value, str) or not value or len(value) > _URL_MAX:
+        return False
+    if _NOT_IN_URL.search(value) or _CONTROL.search(value) or not _encodable(value):
+        return False
+    try:
+        parts = urlsplit(value)
+        port_ok = parts.port is None or parts.port > 0
+    except ValueError:  # an unparsable IPv6 host or port
+        return False
+    return (
+        parts.scheme in ("http", "https")
+        and bool(parts.hostname)
+        and "@" not in parts.netloc
+        and port_ok
+    )
+
+
+def product_problems(p: Product) -> tuple[str, ...]:
+    """The fields of `p` that stop it from being picked; empty for a good product.
+
+    The rules are what the renderer needs to make a safe message of a pick: a plain id, a title
+    of one line, web links, a non-negative integer price in an ISO 4217-shaped currency, and a
+    timezone-aware creation time (new arrivals are found by comparing it with the week).
+    """
+    failed = []
+    # typed fields, but the values come from another system's rows: check what they really are
+    category: object = p.category
+    if shown_id(p.product_id) != p.product_id:
+        failed.append("product_id")
+    if not _text_ok(p.title, _TITLE_MAX):
+        failed.append("title")
+    if not isinstance(category, str):
+        failed.append("category")
+    if type(p.price_cents) is not int or not 0 <= p.price_cents <= MAX_PRICE_CENTS:
+        failed.append("price_cents")
+    if not (isinstance(p.currency, str) and _CURRENCY.fullmatch(p.currency.upper())):
+        failed.append("currency")
+    if not is_web_link(p.url):
+        failed.append("url")
+    if p.image_url not in (None, "") and not is_web_link(p.image_url):
+        failed.append("image_url")
+    if not isinstance(p.created_at, datetime) or p.created_at.utcoffset() is None:
+        failed.append("created_at")
+    return tuple(failed)
+
+
+def screen_catalogue(
+    products: Iterable[Product],
+) -> tuple[dict[str, Product], tuple[ProductProblem, ...]]:
+    """The catalogue split into the good products by id and the problems of the others, by id."""
+    good: dict[str, Product] = {}
+    bad: list[ProductProblem] = []
+    for p in products:
+        failed = product_problems(p)
+        if failed:
+            bad.append(ProductProblem(shown_id(p.product_id), failed))
+        else:
+            good[p.product_id] = p
+    return good, tuple(sorted(bad, key=lambda b: b.product_id))
 
 
 @dataclass(frozen=True)
@@ -51,7 +177,8 @@ def pick_products(
     In order: top sellers (products with at least one sale in `popularity`, most sold first) in
     the categories the customer bought from; then new arrivals, created inside the period's week,
     newest first; then the overall ranking by sales (unsold products last) to fill up. A product
-    appears once and never if the customer bought it. Ties break by product id.
+    appears once and never if the customer bought it. Ties break by product id. Only good
+    products are picked (`product_problems`); a bad one bought still names its category.
 
     Args:
         bought: the customer's orders in the look-back window.
@@ -66,15 +193,20 @@ def pick_products(
 class PickPlan:
     """`pick_products` with the work that does not depend on the customer done once.
 
-    The catalogue is ranked once per period; each customer then only filters those rankings by
-    what they own, and stops as soon as `limit` picks are found.
+    The catalogue is screened and ranked once per period; each customer then only filters those
+    rankings by what they own, and stops as soon as `limit` picks are found. `excluded` names
+    the products left out and why.
     """
 
     def __init__(
         self, products: Mapping[str, Product], popularity: Mapping[str, int], period: Period
     ) -> None:
-        by_id = sorted(products.values(), key=lambda p: p.product_id)
-        self._products = products
+        good, self.excluded = screen_catalogue(products.values())
+        by_id = sorted(good.values(), key=lambda p: p.product_id)
+        # a category is only matched, never shown, so a bad product's still counts
+        self._category = {
+            pid: p.category for pid, p in products.items() if isinstance(p.category, str)
+        }
         self._ranked = sorted(by_id, key=lambda p: (-popularity.get(p.product_id, 0), p.product_id))
         self._sold = {pid for pid, n in popularity.items() if n > 0}
         starts, ends = period.starts_at, period.ends_at
@@ -90,7 +222,7 @@ class PickPlan:
         if limit < 0:
             raise ValueError(f"limit must not be negative, got {limit}")
         owned = {o.product_id for o in bought}
-        categories = {self._products[pid].category for pid in owned if pid in self._products}
+        categories = {self._category[pid] for pid in owned if pid in self._category}
         fresh = [p for p in self._ranked if p.product_id not in owned]
         in_category = (p for p in fresh if p.category in categories and p.product_id in self._sold)
         arrivals = (p for p in self._arrivals if p.product_id not in owned)

@@ -59,3 +59,34 @@ class LateWeekRefused(DigestError):
 
 class LedgerMismatch(DigestError):
     """A process resolved another ledger than the one its run was started with; it refused."""
+
+
+class PossibleDuplicateRefused(ReplayRefused):
+    """A replay was refused because a key may already have been delivered; nothing was changed.
+
+    `keys` names them; replaying them needs the operator's explicit acceptance of a possible
+    second copy.
+    """
+
+    def __init__(self, message: str, keys: tuple[str, ...]) -> None:
+        super().__init__(message)
+        self.keys = keys
+
+
+class SnapshotTampered(DigestError):
+    """A period's frozen eligibility snapshot no longer matches its fingerprint; it was refused.
+
+    Nothing of the period is sent or cleaned while it does not match (design §4, invariant 5).
+    `period` is the period as text (`2026-W42`).
+    """
+
+    def __init__(self, message: str, period: str) -> None:
+        super().__init__(message)
+        self.period = period
+
+
+class BreakerOpen(DigestError):
+    """A delivery run stopped: too many consecutive attempts failed with the same code.
+
+    The attempts it started are recorded; what it had not attempted is left due.
+    """

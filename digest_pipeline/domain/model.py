@@ -9,8 +9,9 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
 
+from digest_pipeline.domain.errors import InvalidCustomerId
 from digest_pipeline.domain.failures import FailureClass
-from digest_pipeline.domain.periods import OperationKey, Period
+from digest_pipeline.domain.periods import OperationKey, Period, validate_customer_id
 from digest_pipeline.domain.states import DeliveryState
 
 
@@ -27,6 +28,32 @@ class Customer:
 def is_eligible(customer: Customer) -> bool:
     """Active and opted in: the whole rule, kept here so every selector applies the same one."""
     return customer.active and customer.opted_in
+
+
+#: The longest recipient address the snapshot selects: 64 characters of local part, '@' and 255
+#: of domain (RFC 5321 §4.5.3.1, RFC 3696 errata 1690). A longer one can only be a data error,
+#: and it would put a `To:` line past RFC 5322's 998 characters.
+MAX_ADDRESS_LENGTH = 320
+
+
+class Exclusion(StrEnum):
+    """Why an eligible customer is left out of the snapshot: counted, never sent to, never fixed."""
+
+    #: the id cannot form an operation key (`validate_customer_id`)
+    INVALID_ID = "invalid_id"
+    #: the address is longer than MAX_ADDRESS_LENGTH
+    ADDRESS_TOO_LONG = "address_too_long"
+
+
+def exclusion(customer: Customer) -> Exclusion | None:
+    """Why an eligible customer cannot be selected, or None when it can."""
+    try:
+        validate_customer_id(customer.customer_id)
+    except InvalidCustomerId:
+        return Exclusion.INVALID_ID
+    if len(customer.email) > MAX_ADDRESS_LENGTH:
+        return Exclusion.ADDRESS_TOO_LONG
+    return None
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,9 @@
 """The cleanup gate: archive or delete the generated rows of `sent` items, once per key.
 
 The domain gate decides first (LBYL); the ledger's cleanup transaction enforces the same rule
-with its unique cleanup row and its `sent → cleaned` compare-and-set.
+with its unique cleanup row and its `sent → cleaned` compare-and-set. Before either, the period's
+frozen snapshot must still match its fingerprint: a tampered period keeps every row (its rows are
+the evidence of what was selected and sent).
 """
 
 import logging
@@ -15,6 +17,7 @@ from digest_pipeline.domain.model import CleanupMode
 from digest_pipeline.domain.periods import Period
 from digest_pipeline.ports import Clock, Ledger
 from digest_pipeline.services.logs import log_event
+from digest_pipeline.services.snapshot_gate import require_unchanged_snapshot
 
 
 @dataclass
@@ -32,7 +35,13 @@ class CleanupReport:
 def clean_period(
     ledger: Ledger, clock: Clock, period: Period, mode: CleanupMode, *, page: int = 500
 ) -> CleanupReport:
-    """Cleans every `sent` item of the period, `page` items a transaction; safe to run again."""
+    """Cleans every `sent` item of the period, `page` items a transaction; safe to run again.
+
+    Raises:
+        SnapshotTampered: the period's frozen snapshot changed after the freeze; nothing was
+            cleaned.
+    """
+    require_unchanged_snapshot(ledger, period, clock.now())
     report = CleanupReport()
     # The gate decides item by item (a page at a time); the ledger then cleans the page's
     # open items in one transaction and enforces the same rule itself.

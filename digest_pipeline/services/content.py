@@ -10,15 +10,19 @@ and it is a count per product. Everything per customer (the frozen selection, wh
 done, the orders bought, the rows written) is read and written a chunk of customers at a time.
 Each chunk is its own write, so a run that stops half way leaves whole customers with rows, and
 the next run, skipping them, finishes the rest.
+
+A catalogue product that cannot become a safe message (a quote in its image link, a title with
+a line break, a price below zero) is left out of every pick and reported by id with the field
+that failed, so one bad row costs that product its place, never a customer their digest.
 """
 
 import logging
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 
-from digest_pipeline.domain.catalogue import Order, PickPlan, digest_rows_for
+from digest_pipeline.domain.catalogue import Order, PickPlan, ProductProblem, digest_rows_for
 from digest_pipeline.domain.chunks import chunked
 from digest_pipeline.domain.errors import SnapshotMissing
 from digest_pipeline.domain.model import DigestRow
@@ -32,6 +36,10 @@ _DONE = frozenset({DeliveryState.SENT, DeliveryState.CLEANED})
 #: customers per chunk: large enough that per-chunk queries are few, small enough that a chunk's
 #: orders and rows (a few megabytes) do not show in the process's peak
 CHUNK = 5_000
+#: how far back orders count, for purchases and popularity
+LOOKBACK = timedelta(weeks=12)
+#: excluded product ids named in the warning line (the count is always complete)
+EXCLUDED_LOGGED = 20
 
 
 @dataclass(frozen=True)
@@ -46,6 +54,67 @@ class ContentReport:
     skipped_existing: int
     #: customers for whom the catalogue offered nothing; their digests will fail to render
     without_picks: int = 0
+    #: catalogue products left out of every pick, by id with the fields that failed
+    excluded: tuple[ProductProblem, ...] = ()
+
+
+@dataclass(frozen=True)
+class ContentPlan:
+    """A period's picking, prepared once: the screened, ranked catalogue and the order window."""
+
+    plan: PickPlan
+    since: datetime
+    until: datetime
+    products: int
+    orders: int
+
+    @property
+    def excluded(self) -> tuple[ProductProblem, ...]:
+        """The catalogue's bad products, by id (`catalogue.product_problems`)."""
+        return self.plan.excluded
+
+    def rows_for(
+        self, source: CustomerSource, keys: Sequence[OperationKey], picks_per_customer: int
+    ) -> tuple[list[DigestRow], int]:
+        """The rows of `keys` (one chunk of customers) and how many of them got no picks."""
+        bought: defaultdict[str, list[Order]] = defaultdict(list)
+        for order in source.orders_of([k.customer_id for k in keys], self.since, self.until):
+            bought[order.customer_id].append(order)
+        rows: list[DigestRow] = []
+        empty = 0
+        for key in keys:
+            picks = self.plan.picks(bought.get(key.customer_id, []), picks_per_customer)
+            empty += not picks
+            rows.extend(digest_rows_for(key, picks))
+        return rows, empty
+
+
+def plan_content(
+    source: CustomerSource, period: Period, lookback: timedelta = LOOKBACK
+) -> ContentPlan:
+    """Reads the catalogue and the window's popularity once and prepares the period's picks.
+
+    Orders in `[period.ends_at - lookback, period.ends_at)` give both each customer's purchases
+    and the popularity ranking; bad products are screened out here and logged by id.
+
+    Raises:
+        ValueError: `lookback` is not positive.
+    """
+    if lookback <= timedelta(0):
+        raise ValueError(f"lookback must be positive, got {lookback}")
+    since, until = period.ends_at - lookback, period.ends_at
+    products = {p.product_id: p for p in source.products()}
+    popularity = Counter(o.product_id for o in source.orders(since, until))
+    plan = PickPlan(products, popularity, period)
+    if plan.excluded:
+        log_event(
+            "catalogue_products_excluded",
+            logging.WARNING,
+            period=period,
+            products=len(plan.excluded),
+            product_ids=",".join(b.product_id for b in plan.excluded[:EXCLUDED_LOGGED]),
+        )
+    return ContentPlan(plan, since, until, len(products), popularity.total())
 
 
 def generate_content(
@@ -54,13 +123,14 @@ def generate_content(
     period: Period,
     *,
     picks_per_customer: int = 4,
-    lookback: timedelta = timedelta(weeks=12),
+    lookback: timedelta = LOOKBACK,
     chunk: int = CHUNK,
 ) -> ContentReport:
     """Stores the digest rows of every frozen customer of `period` who needs them.
 
     Picks come from the orders in `[period.ends_at - lookback, period.ends_at)`: they give both
-    each customer's purchases and the popularity ranking. Safe to run again at any time.
+    each customer's purchases and the popularity ranking. Products that cannot make a safe
+    message are never picked and are reported by id (`excluded`). Safe to run again at any time.
     `chunk` customers are read, picked and written together: it bounds memory, never the result.
 
     Raises:
@@ -75,38 +145,29 @@ def generate_content(
         raise ValueError(f"chunk must be at least 1, got {chunk}")
     if ledger.snapshot(period) is None:
         raise SnapshotMissing(f"period {period} has no frozen eligibility snapshot")
-    since, until = period.ends_at - lookback, period.ends_at
-
-    products = {p.product_id: p for p in source.products()}
-    popularity = Counter(o.product_id for o in source.orders(since, until))
-    plan = PickPlan(products, popularity, period)
+    content = plan_content(source, period, lookback)
 
     customers = rows = skipped = empty = 0
     for entries in chunked(ledger.iter_snapshot_entries(period, page=chunk), chunk):
         keys = [OperationKey(period, e.customer_id) for e in entries]
         needed = _needing_content(ledger, keys)
         skipped += len(keys) - len(needed)
-        bought: defaultdict[str, list[Order]] = defaultdict(list)
-        for order in source.orders_of([k.customer_id for k in needed], since, until):
-            bought[order.customer_id].append(order)
-        generated: list[DigestRow] = []
-        for key in needed:
-            picks = plan.picks(bought.get(key.customer_id, []), picks_per_customer)
-            empty += not picks
-            generated.extend(digest_rows_for(key, picks))
+        generated, without = content.rows_for(source, needed, picks_per_customer)
+        empty += without
         customers += len(needed)
         if generated:
             rows += ledger.add_digest_rows(generated)
 
-    report = ContentReport(customers, rows, skipped, empty)
+    report = ContentReport(customers, rows, skipped, empty, content.excluded)
     log_event(
         "content_generated",
         period=period,
         customers=report.customers,
         rows=report.rows,
         skipped_existing=report.skipped_existing,
-        products=len(products),
-        orders=popularity.total(),
+        products=content.products,
+        orders=content.orders,
+        excluded_products=len(report.excluded) or None,
     )
     if empty:
         log_event(

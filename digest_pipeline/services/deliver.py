@@ -7,18 +7,29 @@ parallel, one transaction records their outcomes; so at most `concurrency` sends
 per worker, and the ledger sees a few statements per wave instead of several per item. A worker
 returns only after every claim it took has a recorded terminal state, retry schedule or
 `unknown`.
+
+Two gates stop a run before it does harm. A period whose frozen snapshot changed after the freeze
+is refused before its items are claimed (`SnapshotTampered`; a claim of one found later is given
+back unsent). A run whose attempts keep failing with the same code (a revoked key) stops claiming
+at the breaker's threshold (`BreakerOpen`, domain/breaker.py) and leaves the rest due.
 """
 
 import logging
 from collections import Counter, deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from digest_pipeline.domain.chunks import chunked
-from digest_pipeline.domain.errors import DigestError, LostRace, RenderError
+from digest_pipeline.domain.breaker import Breaker, as_retryable
+from digest_pipeline.domain.errors import (
+    BreakerOpen,
+    DigestError,
+    LostRace,
+    RenderError,
+    SnapshotTampered,
+)
 from digest_pipeline.domain.failures import FailureClass, SendOutcome
 from digest_pipeline.domain.model import (
     AttemptTicket,
@@ -44,10 +55,14 @@ from digest_pipeline.ports import Clock, Composer, Ledger, Mailer
 from digest_pipeline.services import late
 from digest_pipeline.services.evidence import RECONCILE_ACTOR, confirmed_attempt
 from digest_pipeline.services.logs import log_event
+from digest_pipeline.services.snapshot_gate import snapshot_refusal
 
 S = DeliveryState
 #: the state a claim is reported in when its compare-and-set lost to another worker or a sweep
 LOST_RACE = "lost_race"
+#: the state a claim is reported in when it was given back due without an attempt (a refused
+#: period, or a run the breaker stopped)
+RELEASED = "released"
 
 
 @dataclass
@@ -58,13 +73,24 @@ class DeliveryReport:
     outcomes: Counter[str] = field(default_factory=Counter)
     #: claims whose compare-and-set lost to another worker or the lease sweeper
     lost_races: int = 0
+    #: claims given back due without an attempt: of a refused period, or after the breaker opened
+    released: int = 0
 
     def count(self, states: Sequence[str]) -> None:
         for state in states:
             if state == LOST_RACE:
                 self.lost_races += 1
+            elif state == RELEASED:
+                self.released += 1
             else:
                 self.outcomes[state] += 1
+
+    def add(self, other: "DeliveryReport") -> None:
+        """Adds another run's counts to these."""
+        self.claimed += other.claimed
+        self.outcomes.update(other.outcomes)
+        self.lost_races += other.lost_races
+        self.released += other.released
 
 
 @dataclass(frozen=True)
@@ -94,6 +120,10 @@ class Wave:
     settled: dict[int, str]
     started: list[tuple[int, _Started]]
     sends: list[Future[SendOutcome]]
+    #: the started claims' outcomes, in order, once `finish` has recorded them
+    outcomes: list[SendOutcome] = field(default_factory=list)
+    #: periods whose claims were given back unsent because the snapshot changed, with the line
+    refused: dict[Period, str] = field(default_factory=dict)
 
 
 def _done(value: SendOutcome) -> Future[SendOutcome]:
@@ -115,6 +145,10 @@ class Deliverer:
     owner: str
     #: each period's window close (late grants included), read once per worker
     _closes: dict[Period, datetime] = field(default_factory=dict, compare=False, repr=False)
+    #: each period's snapshot verdict (None: unchanged) and when it was read
+    _snapshots: dict[Period, tuple[datetime, str | None]] = field(
+        default_factory=dict, compare=False, repr=False
+    )
 
     def closes_at(self, period: Period) -> datetime:
         """The period's delivery window close, an operator's late grant included."""
@@ -122,10 +156,50 @@ class Deliverer:
             self._closes[period] = late.closes_at(self.ledger, self.policy, period)
         return self._closes[period]
 
+    def snapshot_refusal(self, period: Period) -> str | None:
+        """The refusal line of a period whose frozen snapshot changed, or None while it holds.
+
+        The ledger's check fingerprints the whole snapshot, so a worker reads it at most once a
+        lease per period (a Dagster step, a sweep: once; a long-lived worker: every lease). A
+        claim outlives neither, so every claim this worker sends was checked within a lease.
+        """
+        now = self.clock.now()
+        cached = self._snapshots.get(period)
+        if cached is not None and cached[0] <= now < cached[0] + self.policy.lease:
+            return cached[1]
+        why = snapshot_refusal(self.ledger, period, now)
+        self._snapshots[period] = (now, why)
+        return why
+
+    def require_snapshot(self, period: Period) -> None:
+        """Raises SnapshotTampered for a period whose snapshot changed (cached, see above)."""
+        if (why := self.snapshot_refusal(period)) is not None:
+            raise SnapshotTampered(why, str(period))
+
     def deliver_one(self, claim: Claim) -> str:
-        """Takes one claim to a recorded state; returns that state (or `lost_race`)."""
-        [state] = self.finish(self.launch([claim], None))
+        """Takes one claim to a recorded state; returns that state (or `lost_race`).
+
+        Raises SnapshotTampered, after giving the claim back unsent, for a refused period.
+        """
+        wave = self.launch([claim], None)
+        [state] = self.finish(wave)
+        if wave.refused:
+            [(period, why)] = wave.refused.items()
+            raise SnapshotTampered(why, str(period))
         return state
+
+    def give_back(self, claim: Claim, why: str) -> str:
+        """Returns a claim that was never attempted to the queue, due now; `released`."""
+        now = self.clock.now()
+        try:
+            self.ledger.apply(
+                self._move(claim, S.RETRY_SCHEDULED, now, next_attempt_at=now, detail=why)
+            )
+        except LostRace as e:
+            log_event("lost_race", logging.WARNING, key=claim.key, step="give_back", why=e)
+            return LOST_RACE
+        log_event("released", key=claim.key, reason=why)
+        return RELEASED
 
     def content(self, claims: Sequence[Claim]) -> Content:
         """The frozen addresses and generated rows of the claims, read in two statements."""
@@ -145,9 +219,17 @@ class Deliverer:
         rows already (read once for a whole claim); otherwise they are read here.
         """
         wave = Wave(list(claims), {}, [], [])
+        # Fencing: a claim is checked against its period's snapshot before its attempt starts,
+        # whoever claimed it and however long ago; a refused one goes back without an attempt.
+        for period in {c.item.period for c in claims}:
+            if (why := self.snapshot_refusal(period)) is not None:
+                wave.refused[period] = why
         now = self.clock.now()
         to_start: list[tuple[int, Claim, datetime | None]] = []
         for i, claim in enumerate(claims):
+            if claim.item.period in wave.refused:
+                wave.settled[i] = self.give_back(claim, "snapshot_tampered")
+                continue
             settled = self._settle_without_sending(claim, now)
             if isinstance(settled, str):
                 wave.settled[i] = settled
@@ -189,7 +271,10 @@ class Deliverer:
         """
         states = dict(wave.settled)
         if wave.started:
-            outcomes = [f.result() for f in wave.sends]
+            # A credential refusal is the sender's configuration, not the customer's fault: it
+            # is recorded as transient (retried), never `failed` (domain/breaker.py).
+            outcomes = [as_retryable(f.result()) for f in wave.sends]
+            wave.outcomes = outcomes
             results = [
                 (s.ticket, o, self._next(s.claim, o, s.ticket.started_at, s.closes_at))
                 for (_, s), o in zip(wave.started, outcomes, strict=True)
@@ -409,6 +494,106 @@ def wave_shape(concurrency: int) -> tuple[int, int]:
     return size, concurrency // size
 
 
+@dataclass
+class _Run:
+    """One `deliver_due` run: the waves in flight, the claims not yet launched, the breaker."""
+
+    deliverer: Deliverer
+    period: Period | None
+    breaker: Breaker
+    size: int
+    depth: int
+    done: DeliveryReport = field(default_factory=DeliveryReport)
+    in_flight: deque[Wave] = field(default_factory=deque)
+    queued: deque[Claim] = field(default_factory=deque)
+    content: Content = field(default_factory=lambda: Content({}, {}))
+    #: why the run stops early: a refused period or the open breaker
+    stop: DigestError | None = None
+
+    def bound(self) -> int | None:
+        """Attempts the breaker lets start now (None: no bound)."""
+        return self.breaker.room(sum(len(w.started) for w in self.in_flight))
+
+    def settle(self) -> None:
+        """Records the oldest wave in flight and feeds its outcomes to the breaker."""
+        wave = self.in_flight.popleft()
+        self.done.count(self.deliverer.finish(wave))
+        for outcome in wave.outcomes:
+            self.breaker.record(outcome)
+        if self.stop is not None:
+            return
+        if wave.refused:
+            refused, why = next(iter(wave.refused.items()))
+            self.stop = SnapshotTampered(why, str(refused))
+        elif self.breaker.open:
+            where = "" if self.period is None else f"period {self.period}: "
+            self.stop = BreakerOpen(where + self.breaker.reason())
+
+    def take(self, room: int) -> bool:
+        """Claims up to `room` due items (fewer if the breaker says so); False if none came."""
+        bound = self.bound()
+        if bound is not None:
+            room = min(room, bound)
+        if room <= 0:
+            return False
+        d = self.deliverer
+        if self.period is not None:
+            d.require_snapshot(self.period)  # cached; re-read at most once a lease
+        claims = d.ledger.claim_due(d.clock.now(), d.owner, d.policy.lease, room, self.period)
+        if not claims:
+            return False
+        self.done.claimed += len(claims)
+        self.content = d.content(claims)
+        self.queued.extend(claims)
+        return True
+
+    def launch(self, pool: ThreadPoolExecutor) -> bool:
+        """Starts the next wave of queued claims, as large as the breaker allows; False if none."""
+        bound = self.bound()
+        n = min(self.size, len(self.queued), self.size if bound is None else bound)
+        if n <= 0:
+            return False
+        wave = [self.queued.popleft() for _ in range(n)]
+        self.in_flight.append(self.deliverer.launch(wave, pool, self.content))
+        return True
+
+    def step(
+        self,
+        pool: ThreadPoolExecutor,
+        batch_size: int,
+        max_items: int | None,
+        should_continue: Callable[[], bool],
+    ) -> bool:
+        """Records a wave, or claims and launches the next one; False when the run is done."""
+        if len(self.in_flight) == self.depth:
+            self.settle()
+            return True
+        if not self.queued:
+            room = (
+                batch_size if max_items is None else min(batch_size, max_items - self.done.claimed)
+            )
+            if room <= 0 or not should_continue():
+                return False
+            if not self.take(room):
+                # the breaker may have held the claim back until the outcomes in flight are in
+                if self.in_flight and self.bound() == 0:
+                    self.settle()
+                    return True
+                return False
+        if self.launch(pool):
+            return True
+        if not self.in_flight:
+            return False  # unreachable: a bound of 0 with nothing in flight means open
+        self.settle()
+        return True
+
+    def give_back_queued(self) -> None:
+        """Claims the run took and never attempted go back to due, as if never claimed."""
+        why = "stopped:breaker_open" if isinstance(self.stop, BreakerOpen) else "stopped:refused"
+        while self.queued:
+            self.done.count([self.deliverer.give_back(self.queued.popleft(), why)])
+
+
 def deliver_due(
     deliverer: Deliverer,
     *,
@@ -417,53 +602,56 @@ def deliver_due(
     period: Period | None = None,
     max_items: int | None = None,
     should_continue: Callable[[], bool] = lambda: True,
+    breaker_threshold: int | None = None,
+    report: DeliveryReport | None = None,
 ) -> DeliveryReport:
     """Claims due items `batch_size` at a time and delivers each batch with bounded concurrency.
 
     Stops when nothing is due, after `max_items` claims, or when `should_continue` says so.
+    Returns this run's report; `report`, when given, gets its counts added, also when the run
+    stops with one of the errors below.
+
+    Raises:
+        SnapshotTampered: the period's frozen snapshot (with no `period`: an open period's)
+            changed after the freeze. Checked before anything is claimed, so its items stay as
+            they were; a claim of it found later is given back unsent.
+        BreakerOpen: `breaker_threshold` consecutive attempts (None or 0: never) failed with the
+            same class and detail. The run stopped claiming; every attempt it started is
+            recorded, and the claims it had not attempted are given back due.
     """
     if batch_size < 1 or concurrency < 1:
         raise ValueError("batch_size and concurrency must be at least 1")
-    report = DeliveryReport()
+    for checked in [period] if period is not None else deliverer.ledger.open_periods():
+        deliverer.require_snapshot(checked)
     size, depth = wave_shape(concurrency)
-
-    def waves() -> Iterator[tuple[list[Claim], Content]]:
-        while should_continue():
-            room = batch_size if max_items is None else min(batch_size, max_items - report.claimed)
-            if room <= 0:
-                return
-            claims = deliverer.ledger.claim_due(
-                deliverer.clock.now(), deliverer.owner, deliverer.policy.lease, room, period
-            )
-            if not claims:
-                return
-            report.claimed += len(claims)
-            content = deliverer.content(claims)
-            for wave in chunked(claims, size):
-                yield wave, content
-
+    run = _Run(deliverer, period, Breaker(breaker_threshold), size, depth)
     # `depth` waves overlap: while some waves' sends are in flight, this thread records the
     # outcomes of the wave that finished and starts the next; together they never hold more
     # than `concurrency` open attempts. A wave is finished before the next one is taken, so
     # the next claim happens only once there is room (a crash strands one claim, not two).
+    # When the breaker holds a claim or a wave back, the oldest wave in flight is recorded
+    # first: its outcomes say whether the provider takes our messages.
     with ThreadPoolExecutor(max_workers=concurrency) as pool:
-        in_flight: deque[Wave] = deque()
-        upcoming = waves()
-        while True:
-            if len(in_flight) == depth:
-                report.count(deliverer.finish(in_flight.popleft()))
-            if (taken := next(upcoming, None)) is None:
-                break
-            wave, content = taken
-            in_flight.append(deliverer.launch(wave, pool, content))
-        while in_flight:
-            report.count(deliverer.finish(in_flight.popleft()))
-    if report.claimed:
+        while run.stop is None and run.step(pool, batch_size, max_items, should_continue):
+            pass
+        while run.in_flight:
+            run.settle()
+    run.give_back_queued()
+    done = run.done
+    if done.claimed:
         log_event(
             "delivered",
             owner=deliverer.owner,
-            claimed=report.claimed,
-            lost_races=report.lost_races,
-            **dict(sorted(report.outcomes.items())),
+            claimed=done.claimed,
+            lost_races=done.lost_races,
+            released=done.released or None,
+            **dict(sorted(done.outcomes.items())),
         )
-    return report
+    if report is not None:
+        report.add(done)
+    if run.stop is not None:
+        # the caller reports the line (a failed step, `digest sweep`'s `stopped:`); a log line here
+        # at a louder level would only print it twice
+        log_event("delivery_stopped", owner=deliverer.owner, why=run.stop)
+        raise run.stop
+    return done

@@ -41,7 +41,9 @@ class PeriodMetrics:
     oldest_pending_age_s: float | None
     #: repeats the provider recognised by idempotency key (not deliveries)
     duplicates_suppressed: int
-    #: keys with more than one provider-confirmed send (invariant 4; must be 0)
+    #: keys whose history may hold more than one delivery: confirmed sends, plus attempts whose
+    #: outcome is unknown and that nothing since showed undelivered (invariant 4; must be 0; an
+    #: operator's accepted possible duplicate counts)
     duplicate_sends: int
     cleanup_lag_p50_s: float | None
     cleanup_lag_max_s: float | None

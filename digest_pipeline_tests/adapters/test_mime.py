@@ -16,7 +16,8 @@ LINE_BREAKS = [c for c in map(chr, range(sys.maxunicode + 1)) if len(f"a{c}b".sp
 CRASHING_SENDERS = [
     pytest.param("^@", id="IndexError"),
     pytest.param("x@[", id="AttributeError"),
-    pytest.param("(" * 2000 + "digest@example.com", id="RecursionError"),
+    # deep enough to crash the parser, short enough to pass the 998-character line check
+    pytest.param("(" * 900 + "digest@example.com", id="RecursionError"),
 ]
 
 

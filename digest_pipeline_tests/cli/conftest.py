@@ -20,7 +20,7 @@ from sqlalchemy import Engine, select
 from digest_pipeline.adapters.outbox_mailer import OutboxMailer
 from digest_pipeline.adapters.sql_ledger import SqlLedger
 from digest_pipeline.adapters.sql_schema import metadata
-from digest_pipeline.cli import main
+from digest_pipeline.cli import context, main
 from digest_pipeline.domain.failures import FailureClass, SendOutcome
 from digest_pipeline.domain.model import LookupResult, MailerCapabilities, Message
 from digest_pipeline.domain.periods import OperationKey
@@ -153,14 +153,26 @@ def backend(request: pytest.FixtureRequest) -> str:
     return backend
 
 
+#: the OS user the operator world's commands run as; `--operator alice` is then no claim
+OS_USER = "alice"
+#: the real `os_user`, for the tests about where the OS user comes from
+REAL_OS_USER = context.os_user
+
+
 @pytest.fixture
 def world(
     backend: str,
     sql_engine_factory: Callable[[str], Engine],
     clock: FixedClock,
     tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> World:
-    """An empty, migrated ledger; `digest` pointed at it and at an outbox Maildir."""
+    """An empty, migrated ledger; `digest` pointed at it and at an outbox Maildir.
+
+    The commands run as OS user `alice` (claims of other names are refused unless granted:
+    `test_operator_identity.py`), so audit rows read `alice` on any machine.
+    """
+    monkeypatch.setattr(context, "os_user", lambda: OS_USER)
     engine = sql_engine_factory(backend)
     outbox_dir = tmp_path / "outbox"
     env = {

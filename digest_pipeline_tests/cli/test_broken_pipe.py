@@ -15,9 +15,10 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from sqlalchemy import Engine
+from sqlalchemy import Engine, insert
 
 from digest_pipeline.adapters.sql_ledger import SqlLedger
+from digest_pipeline.adapters.sql_schema import audit_log
 from digest_pipeline.cli.context import EXIT_OUTPUT_CLOSED
 from digest_pipeline.domain.periods import FIRST_PERIOD
 from digest_pipeline_tests.builders import seed_period
@@ -75,4 +76,52 @@ def test_items_into_a_reader_that_stops_after_one_line_ends_quietly(
     assert "BrokenPipeError" not in stderr
     assert stderr == ""
     # the status a shell reports for a writer whose reader left: the pipe really was closed
+    assert proc.returncode == EXIT_OUTPUT_CLOSED
+
+
+@pytest.fixture
+def audit_url(sql_engine_factory: Callable[[str], Engine]) -> str:
+    """A SQLite ledger with ITEMS audit rows (`digest audit` prints all periods by default)."""
+    engine = sql_engine_factory("sqlite")
+    at = FIRST_PERIOD.ends_at + timedelta(hours=6)
+    rows = [
+        {
+            "at": at,
+            "actor": "alice",
+            "action": "resolve",
+            "period": str(FIRST_PERIOD),
+            "operation_key": f"digest:{FIRST_PERIOD}:customer-{n:05d}",
+            "from_state": "unknown",
+            "to_state": "sent",
+            "reason": f"relay log line {n} says 250 queued",
+        }
+        for n in range(ITEMS)
+    ]
+    with engine.begin() as conn:
+        conn.execute(insert(audit_log), rows)
+    return engine.url.render_as_string(hide_password=False)
+
+
+@pytest.mark.parametrize(
+    ("flags", "first_line"), [((), f"all periods: {ITEMS} audit rows"), (("--json",), "{")]
+)
+def test_audit_into_a_reader_that_stops_after_one_line_ends_quietly(
+    audit_url, tmp_path, flags, first_line
+):
+    env = {**os.environ, "DIGEST_DATABASE_URL": audit_url}
+    with subprocess.Popen(
+        [console_script(), "audit", *flags],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        env=env,
+        cwd=tmp_path,
+    ) as proc:
+        assert proc.stdout is not None
+        first = proc.stdout.readline()
+        proc.stdout.close()  # `digest audit | head -1`
+        _, err = proc.communicate(timeout=60)
+
+    assert first.startswith(first_line.encode())
+    assert err.decode(errors="replace") == ""  # no BrokenPipeError traceback
     assert proc.returncode == EXIT_OUTPUT_CLOSED

@@ -144,7 +144,7 @@ def test_no_address_content_or_secret_reaches_any_output(tmp_path, monkeypatch, 
     assert digest("resolve", "--key", replayable[0], "--as", "sent", "--reason", "x").code == 2
 
     def replay(keys: list[str], *extra: str) -> None:
-        argv = ["replay", *every, "--reason", "OPS-1", "--operator", "ana", *extra]
+        argv = ["replay", *every, "--reason", "OPS-1", *extra]
         assert digest(*argv, *(a for key in keys for a in ("--key", key))).code == 0
 
     half = len(replayable) // 2

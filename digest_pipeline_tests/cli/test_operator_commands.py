@@ -4,7 +4,6 @@ Exit codes, JSON shapes, audit rows, the replay cap and refusals, the operator l
 every refused or dry-run command leaves every table (and the outbox) exactly as it was.
 """
 
-import getpass
 import logging
 import re
 from collections.abc import Sequence
@@ -18,6 +17,7 @@ from digest_pipeline_tests.cli.conftest import (
     CUSTOMERS,
     DEAD,
     FAILED,
+    OS_USER,
     PERMANENT,
     SENT,
     UNKNOWN,
@@ -128,7 +128,7 @@ def test_items_filters_by_state(mixed):
 
 
 def test_items_with_a_key_tells_that_items_story(mixed):
-    assert mixed.cli(*replay_argv(P, k(4), reason="OPS-1", operator="ana")).code == 0
+    assert mixed.cli(*replay_argv(P, k(4), reason="OPS-1", operator="alice")).code == 0
     story = mixed.cli("items", "--period", P, "--key", k(4), "--json").json()
     assert story["item"]["state"] == "pending"
     assert [(a["number"], a["outcome"], a["detail"]) for a in story["attempts"]] == [
@@ -151,7 +151,7 @@ def test_items_with_a_key_tells_that_items_story(mixed):
     assert letter["replayed_at"] is not None
     [row] = story["audit"]
     assert (row["actor"], row["action"], row["from_state"], row["to_state"]) == (
-        "ana",
+        "alice",
         "replay",
         "dead_lettered",
         "pending",
@@ -212,14 +212,14 @@ def test_audit_lists_every_row_and_filters_by_period(mixed):
     mailer = ScriptedMailer(OutboxMailer(mixed.outbox_dir))
     mailer.script(other, PERMANENT)
     mixed.deliver(mailer)
-    assert mixed.cli(*replay_argv("2026-W41", other, reason="a", operator="ana")).code == 0
-    assert mixed.cli(*replay_argv(P, k(2), reason="b", operator="bo")).code == 0
+    assert mixed.cli(*replay_argv("2026-W41", other, reason="a", operator="alice")).code == 0
+    assert mixed.cli(*replay_argv(P, k(2), reason="b")).code == 0  # as the OS user
 
     everything = mixed.cli("audit", "--json").json()
     assert everything["period"] is None
     assert [(r["actor"], r["key"]) for r in everything["audit"]] == [
-        ("ana", str(other)),
-        ("bo", k(2)),
+        ("alice", str(other)),
+        (OS_USER, k(2)),
     ]
     only = mixed.cli("audit", "--period", P, "--json").json()
     assert [r["reason"] for r in only["audit"]] == ["b (mailer_lookup_not_found)"]
@@ -235,7 +235,9 @@ def test_audit_lists_every_row_and_filters_by_period(mixed):
     }
     text = mixed.cli("audit", "--period", P).out
     assert f"period {P}: 1 audit rows" in text
-    assert re.search(rf"bo +replay +{k(2)} +failed -> pending +b \(mailer_lookup_not_found\)", text)
+    assert re.search(
+        rf"{OS_USER} +replay +{k(2)} +failed -> pending +b \(mailer_lookup_not_found\)", text
+    )
 
 
 # -- reconcile and resolve ----------------------------------------------------------------------
@@ -279,11 +281,11 @@ def test_resolve_moves_an_unknown_item_and_audits_operator_and_reason(mixed):
     }
     text = mixed.cli("resolve", "--key", k(7), "--as", "sent", "--reason", "relay says 250")
     assert text.code == 0
-    assert f"{k(7)}: unknown -> sent (resolved by {getpass.getuser()})" in text.out
+    assert f"{k(7)}: unknown -> sent (resolved by {OS_USER})" in text.out
     audit = mixed.cli("audit", "--json").json()["audit"]
     assert [(r["actor"], r["action"], r["key"], r["to_state"], r["reason"]) for r in audit] == [
         ("alice", "resolve", k(6), "retry_scheduled", "not in the relay log"),
-        (getpass.getuser(), "resolve", k(7), "sent", "relay says 250"),
+        (OS_USER, "resolve", k(7), "sent", "relay says 250"),
     ]
 
 
@@ -330,9 +332,16 @@ def test_a_dry_run_replay_shows_the_plan_per_key_and_changes_nothing(mixed):
     data = run.json()
     assert data["dry_run"] is True
     assert data["keys"] == [
-        {"key": k(n), "state": s, "plan": "replay", "evidence": "mailer_lookup_not_found"}
+        {
+            "key": k(n),
+            "state": s,
+            "plan": "replay",
+            "evidence": "mailer_lookup_not_found",
+            "possible_send": None,
+        }
         for n, s in ((2, "failed"), (4, "dead_lettered"), (5, "dead_lettered"))
     ]
+    assert (data["accept_possible_duplicate"], data["possible_duplicates"]) == (False, [])
     text = mixed.cli(*replay_argv(P, k(2)), "--dry-run")
     assert "would replay 1 of 1 keys" in text.out
     assert "dry run: nothing changed" in text.out

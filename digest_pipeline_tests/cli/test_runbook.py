@@ -5,6 +5,7 @@ services and injected faults; everything after is `digest …` against the same 
 ends on the ledger's final state, the provider's own count per key, and design §4's invariants.
 """
 
+import json
 import re
 from datetime import datetime, timedelta
 
@@ -12,9 +13,11 @@ from digest_pipeline.adapters.outbox_mailer import OutboxMailer
 from digest_pipeline.adapters.smtp_mailer import SmtpMailer
 from digest_pipeline.domain.failures import FailureClass, SendOutcome
 from digest_pipeline.domain.policy import DeliveryPolicy
+from digest_pipeline.services.reconcile import reconcile_period
 from digest_pipeline.services.sweep import sweep
 from digest_pipeline_tests.builders import key_of, make_deliverer, seed_period
 from digest_pipeline_tests.cli.conftest import PERMANENT, TRANSIENT, ScriptedMailer, World
+from digest_pipeline_tests.conftest import W42
 from digest_pipeline_tests.fakes import FakeMailer, FaultInjectingMailer
 from digest_pipeline_tests.smtp_peer import (
     SmtpPeer,
@@ -201,3 +204,77 @@ def test_replay_these_five_keys(world, tmp_path):
     replayed = world.cli("dead-letters", "--period", P, "--json").json()["dead_letters"]
     assert all(d["replayed_at"] is not None for d in replayed)
     assert_invariants_hold(world)
+
+
+def test_a_replay_is_refused_because_the_key_may_already_have_been_delivered(world):
+    # Before: the provider accepted customer 1's digest but the worker timed out; the resend
+    # under the same key, inside the provider's 24 h window, got a 409, so the key was
+    # dead-lettered `unknown_unresolved`. A day later the customer says nothing arrived.
+    seed_period(world.ledger, 1, now=world.clock.now())
+    provider = FakeMailer(can_lookup=False, clock=world.clock)
+    conflict = SendOutcome.failed(FailureClass.PERMANENT, "http:409:invalid_idempotent_request")
+    provider.script(key_of(1), FakeMailer.ACCEPTED_THEN_TIMEOUT, conflict)
+    world.deliver(provider, policy=DeliveryPolicy())
+    world.clock.advance(timedelta(minutes=1))
+    reconcile_period(world.ledger, provider, world.clock, DeliveryPolicy(), W42)
+    world.deliver(provider, policy=DeliveryPolicy())  # the idempotent resend: 409
+    world.clock.advance(timedelta(days=1))  # past the provider's deduplication window
+    env = {  # a mailer that cannot look keys up (replay never sends, so nothing is dialled)
+        "DIGEST_MAILER": "smtp",
+        "DIGEST_SMTP_HOST": "127.0.0.1",
+        "DIGEST_SMTP_PORT": "9",
+        "DIGEST_SMTP_SECURITY": "none",
+    }
+
+    [letter] = world.cli("dead-letters", "--period", P, "--json").json()["dead_letters"]
+    assert (letter["key"], letter["reason"]) == (k(1), "unknown_unresolved")
+    replay = ["replay", "--period", P, "--key", k(1)]  # the OS user acts
+    replay += ["--reason", "OPS-12 customer says nothing arrived"]
+
+    # 1. the dry run names the attempt that may have delivered it
+    before = world.dump()
+    plan = world.cli(*replay, "--dry-run", "--json", env=env).json()
+    [line] = plan["keys"]
+    assert (line["plan"], line["evidence"]) == ("possible_duplicate", "mailer_lookup_unsupported")
+    assert line["possible_send"] == {
+        "attempt": 1,
+        "outcome": "unknown",
+        "started_at": "2026-10-19T06:00:00+00:00",
+        "detail": "timeout_after_send",
+        "provider_message_id": None,
+    }
+    assert plan["possible_duplicates"] == [k(1)]
+    text = world.cli(*replay, "--dry-run", env=env).out
+    assert "attempt 1 unknown (timeout_after_send) at 2026-10-19T06:00:00+00:00" in text
+    assert "without --accept-possible-duplicate the replay is refused" in text
+
+    # 2. without the acknowledgement: refused, one line, exit 2, nothing changed
+    refused = world.cli(*replay, env=env)
+    assert (refused.code, refused.out) == (2, "")
+    assert refused.err.count("\n") == 1
+    assert refused.err.startswith("digest replay: error: replay refused, nothing changed")
+    assert k(1) in refused.err
+    assert "--accept-possible-duplicate" in refused.err
+    assert world.dump() == before
+
+    # 3. the operator accepts a possible second copy; the audit row says so
+    done = world.cli(*replay, "--accept-possible-duplicate", env=env)
+    assert done.code == 0, done.err
+    assert "replayed 1 of 1 keys" in done.out
+    assert "1 possible duplicate(s) accepted by " in done.out
+    audit = world.cli("audit", "--period", P, "--json").json()["audit"]
+    assert (audit[-1]["key"], audit[-1]["action"]) == (k(1), "replay_possible_duplicate")
+    assert "operator accepted a possible duplicate" in audit[-1]["reason"]
+
+    # 4. the sweep delivers it again; the counters say one possible duplicate
+    world.deliver(provider, policy=DeliveryPolicy())
+    assert provider.deliveries_for(key_of(1)) == 2
+    status = world.cli("status", "--period", P, "--json")
+    assert status.code == 1
+    data = json.loads(status.out)
+    assert data["invariants"]["at_most_one_send_per_key"] == {
+        "passed": False,
+        "violations": 1,
+        "sample": [k(1)],
+    }
+    assert data["metrics"]["duplicate_sends"] == 1

@@ -19,6 +19,7 @@ from digest_pipeline.defs.assets import (
     eligibility_snapshot,
 )
 from digest_pipeline.defs.attempt_checks import every_due_item_attempted
+from digest_pipeline.defs.catalogue_checks import catalogue_products_valid
 from digest_pipeline.defs.checks import (
     at_most_one_cleanup_per_key,
     every_customer_has_visible_state,
@@ -29,6 +30,7 @@ from digest_pipeline.defs.checks import (
 from digest_pipeline.defs.deliveries import digest_deliveries
 from digest_pipeline.defs.resources import DeliveryResource
 from digest_pipeline.defs.sensors import digest_retry_sweeper
+from digest_pipeline.defs.snapshot_checks import no_invalid_recipients
 from digest_pipeline.defs.warning_checks import dead_letter_volume, stale_items
 from digest_pipeline.domain.catalogue import Order, Product
 from digest_pipeline.ports import Mailer
@@ -52,6 +54,8 @@ ASSETS = (
 )
 CHECKS = (
     snapshot_unchanged,
+    catalogue_products_valid,
+    no_invalid_recipients,
     no_silent_timeout,
     every_customer_has_visible_state,
     no_duplicate_send,

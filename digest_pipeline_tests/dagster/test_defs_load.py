@@ -15,6 +15,8 @@ ASSET_NAMES = {
 }
 CHECKS_BY_ASSET = {
     ("eligibility_snapshot", "snapshot_unchanged", True),
+    ("digest_content", "catalogue_products_valid", False),
+    ("eligibility_snapshot", "no_invalid_recipients", False),
     ("digest_deliveries", "no_silent_timeout", True),
     ("digest_deliveries", "every_customer_has_visible_state", True),
     ("digest_deliveries", "no_duplicate_send", True),

@@ -243,6 +243,8 @@ def persistent_instance(tmp_path: Path) -> Iterator[dg.DagsterInstance]:
         yield instance
 
 
+# eight weeks of real runs: well under a minute alone, several on a loaded 2-core machine
+@pytest.mark.timeout(600)
 @pytest.mark.parametrize("backend", SQL_BACKENDS)
 def test_eight_weeks_of_schedule_and_sweeper_deliver_every_digest_at_most_once(
     backend, sql_engine_factory, persistent_instance, tmp_path

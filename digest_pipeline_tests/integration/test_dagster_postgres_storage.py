@@ -36,7 +36,8 @@ pytestmark = pytest.mark.integration
 
 #: every check of the job, by asset
 CHECKS = {
-    "eligibility_snapshot": {"snapshot_unchanged"},
+    "eligibility_snapshot": {"snapshot_unchanged", "no_invalid_recipients"},
+    "digest_content": {"catalogue_products_valid"},
     "digest_deliveries": {
         "no_silent_timeout",
         "every_customer_has_visible_state",

@@ -202,3 +202,13 @@ def test_the_ui_shows_the_weeks_materialization_metadata_and_check_results(
         evaluation = execution["evaluation"]
         assert (evaluation["success"], evaluation["partition"]) == (True, PARTITION)
         assert evaluation["description"].startswith("2026-W42: "), evaluation
+
+    # the catalogue warning sits on digest_content, and the seeded catalogue is clean
+    content = server.graphql(ASSET_NODE, {"assetKey": {"path": ["digest_content"]}})
+    [catalogue] = content["assetNodeOrError"]["assetChecksOrError"]["checks"]
+    assert (catalogue["name"], catalogue["blocking"]) == ("catalogue_products_valid", False)
+    assert catalogue["executionForLatestMaterialization"] == {
+        "runId": result.run_id,
+        "status": "SUCCEEDED",
+        "partition": PARTITION,
+    }

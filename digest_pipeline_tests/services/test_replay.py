@@ -4,13 +4,14 @@ from datetime import timedelta
 
 import pytest
 
-from digest_pipeline.domain.errors import LostRace, ReplayRefused
+from digest_pipeline.domain.errors import LostRace, PossibleDuplicateRefused, ReplayRefused
 from digest_pipeline.domain.failures import FailureClass, SendOutcome
 from digest_pipeline.domain.model import Transition
 from digest_pipeline.domain.periods import OperationKey, Period
 from digest_pipeline.domain.policy import DeliveryPolicy
 from digest_pipeline.domain.retry import RetryPolicy
 from digest_pipeline.domain.states import DeliveryState
+from digest_pipeline.services.reconcile import reconcile_period
 from digest_pipeline.services.replay import (
     DEFAULT_REPLAY_CAP,
     ReplayPlan,
@@ -64,6 +65,7 @@ def replay(
     operator: str = "ana",
     reason: str = "provider outage OPS-7",
     cap: int = DEFAULT_REPLAY_CAP,
+    accept: bool = False,
 ) -> ReplayReport:
     return replay_keys(
         ledger,
@@ -75,6 +77,7 @@ def replay(
         reason=reason,
         dry_run=dry_run,
         cap=cap,
+        accept_possible_duplicate=accept,
     )
 
 
@@ -442,3 +445,66 @@ def test_refused_dry_run_is_refused_too(clock):
 
     with pytest.raises(ReplayRefused):
         replay(ledger, mailer, clock, [key_of(3)], dry_run=True)
+
+
+# --- possible duplicates: refused as a whole unless accepted ----------------------------------
+
+
+def failed_and_possibly_delivered(clock: FixedClock, mailer: FakeMailer) -> FakeLedger:
+    """Key 1 failed (550, nothing left); key 2's first send was accepted but timed out, and the
+    idempotent resend got a 409, so it is dead-lettered `unknown_unresolved`. A day passes."""
+    ledger = frozen_ledger(2)
+    mailer.script(key_of(1), PERMANENT)
+    conflict = SendOutcome.failed(FailureClass.PERMANENT, "http:409:invalid_idempotent_request")
+    mailer.script(key_of(2), FakeMailer.ACCEPTED_THEN_TIMEOUT, conflict)
+    deliver_all(make_deliverer(ledger, mailer, clock))
+    reconcile_period(ledger, mailer, clock, DeliveryPolicy(), W42)
+    deliver_all(make_deliverer(ledger, mailer, clock))
+    assert (state_of(ledger, key_of(1)), state_of(ledger, key_of(2))) == (S.FAILED, S.DEAD_LETTERED)
+    clock.advance(timedelta(days=1))
+    return ledger
+
+
+def test_one_possible_duplicate_refuses_the_whole_request_naming_only_it(clock):
+    mailer = FakeMailer(can_lookup=False, clock=clock)
+    ledger = failed_and_possibly_delivered(clock, mailer)
+    before = everything(ledger)
+
+    with pytest.raises(PossibleDuplicateRefused) as refused:
+        replay(ledger, mailer, clock, [key_of(1), key_of(2)])
+
+    assert refused.value.keys == (str(key_of(2)),)
+    assert str(key_of(1)) not in str(refused.value)
+    assert everything(ledger) == before
+
+
+def test_accepting_possible_duplicates_replays_every_key_and_audits_each_kind(clock):
+    mailer = FakeMailer(can_lookup=False, clock=clock)
+    ledger = failed_and_possibly_delivered(clock, mailer)
+
+    report = replay(ledger, mailer, clock, [key_of(1), key_of(2)], accept=True)
+
+    assert [line.plan for line in report.lines] == [
+        ReplayPlan.REPLAY,
+        ReplayPlan.POSSIBLE_DUPLICATE,
+    ]
+    assert report.replayed == 2
+    assert [(e.key, e.action) for e in ledger.audit_log(W42) if e.actor == "ana"] == [
+        (key_of(1), "replay"),
+        (key_of(2), "replay_possible_duplicate"),
+    ]
+
+
+def test_a_dry_run_without_acceptance_reports_the_possible_duplicate_and_refuses_nothing(clock):
+    mailer = FakeMailer(can_lookup=False, clock=clock)
+    ledger = failed_and_possibly_delivered(clock, mailer)
+    before = everything(ledger)
+
+    report = replay(ledger, mailer, clock, [key_of(1), key_of(2)], dry_run=True)
+
+    assert [line.plan for line in report.lines] == [
+        ReplayPlan.REPLAY,
+        ReplayPlan.POSSIBLE_DUPLICATE,
+    ]
+    assert (report.replayed, report.possible_duplicates) == (1, (key_of(2),))
+    assert everything(ledger) == before

@@ -32,7 +32,8 @@ class CountingLedger(SqlLedger):
 
     def check_invariants(self, period: Period, now: datetime, names=None):
         answer = super().check_invariants(period, now, names)
-        self.answers.append(answer)
+        if names is None:  # the full report; the snapshot gate's own calls ask for one invariant
+            self.answers.append(answer)
         return answer
 
 

@@ -46,7 +46,7 @@ def test_settings_are_read_from_the_digest_variables():
         ("DIGEST_RETRY_MAX_ATTEMPTS", "0"),  # at least one attempt
         ("DIGEST_RETRY_MAX_ATTEMPTS", "three"),  # not a number
         ("DIGEST_RETRY_BASE_SECONDS", "-1"),  # delays are positive
-        ("DIGEST_LEASE_SECONDS", "nan"),  # NaN is not positive
+        ("DIGEST_LEASE_SECONDS", "nan"),  # NaN lies in no range
         ("DIGEST_MAILER", "carrier-pigeon"),  # one of outbox, smtp, http
         ("DIGEST_CLEANUP_MODE", "shred"),  # archive or delete
         ("DIGEST_BATCH_SIZE", "0"),

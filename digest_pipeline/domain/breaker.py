@@ -1,0 +1,117 @@
+"""The circuit breaker of one delivery run: a systemic provider failure stops the run, not the list.
+
+A revoked API key (HTTP 401), refused SMTP credentials (535) or a payload the provider refuses for
+everyone (422) fails every send the same way; going on item after item only turns the whole week
+into failures. The breaker counts consecutive failed attempts with the same failure class and
+detail code; at the threshold the worker stops claiming, and what it has not attempted stays due.
+It also decides how many attempts may start, so that a failure present from the run's first send
+spends at most `threshold` attempts (see `Breaker.room`).
+"""
+
+import re
+from dataclasses import dataclass
+
+from digest_pipeline.domain.failures import FailureClass, SendOutcome
+
+#: `DIGEST_BREAKER_THRESHOLD`'s default: above the default 16 sends in flight, so the breaker never
+#: holds a healthy default worker back, and far above what independent failures produce (20
+#: same-code failures in a row at a 20% failure rate: about 1e-14 per position).
+DEFAULT_THRESHOLD = 20
+
+#: Reply codes that say the *sender's* credentials were refused (HTTP 401/403; RFC 4954 §6: SMTP
+#: 530 authentication required, 535 credentials invalid): a configuration error, which the
+#: customer did nothing to cause. Matched on the mailers' detail codes (`http:401:invalid_api_key`,
+#: `smtp:535:5.7.8`, see adapters/http_mailer.py and smtp_mailer.py), which classify them
+#: `permanent`.
+CREDENTIAL_REFUSALS = ("http:401", "http:403", "smtp:530", "smtp:535")
+#: RFC 3463 §3.2: enhanced status 5.1.x is "addressing status" (unknown user, bad mailbox, bad
+#: destination domain): about that one recipient. A block of them (a stale import whose customer
+#: ids sit together) is a dirty list, not a broken sender, and the provider did take our request.
+_RECIPIENT_ADDRESSING = re.compile(r"smtp:5\d\d:5\.1\.\d{1,3}")
+
+
+def recipient_addressing(outcome: SendOutcome) -> bool:
+    """The relay refused this recipient's address (SMTP 5.1.x), not our request."""
+    return outcome.failure_class is not None and bool(
+        _RECIPIENT_ADDRESSING.fullmatch(outcome.detail)
+    )
+
+
+def credentials_refused(outcome: SendOutcome) -> bool:
+    """The provider refused our credentials, not the recipient or the message."""
+    detail = outcome.detail
+    return outcome.failure_class is not None and any(
+        detail == code or detail.startswith(f"{code}:") for code in CREDENTIAL_REFUSALS
+    )
+
+
+def as_retryable(outcome: SendOutcome) -> SendOutcome:
+    """A credential refusal becomes `transient`: retried once the sender is fixed, never `failed`.
+
+    Any other outcome is returned unchanged. The detail code is kept, so the attempt still says
+    what the provider answered.
+    """
+    if outcome.failure_class is FailureClass.PERMANENT and credentials_refused(outcome):
+        return SendOutcome.failed(FailureClass.TRANSIENT, outcome.detail)
+    return outcome
+
+
+@dataclass
+class Breaker:
+    """Consecutive same-code failures of one worker's run; `threshold` None or 0 never opens."""
+
+    threshold: int | None = DEFAULT_THRESHOLD
+    #: (failure class, detail) of the current streak
+    code: tuple[str, str] | None = None
+    streak: int = 0
+    #: a send of this run was accepted: the provider takes our messages
+    proven: bool = False
+
+    @property
+    def enabled(self) -> bool:
+        return self.threshold is not None and self.threshold > 0
+
+    @property
+    def open(self) -> bool:
+        """The streak reached the threshold: stop claiming and starting attempts."""
+        return self.enabled and self.streak >= (self.threshold or 0)
+
+    def record(self, outcome: SendOutcome) -> None:
+        """Counts one finished attempt, in the order the outcomes were recorded."""
+        if outcome.failure_class is None:
+            self.code, self.streak, self.proven = None, 0, True
+            return
+        if recipient_addressing(outcome):
+            self.code, self.streak = None, 0  # the sender got through; the address did not
+            return
+        code = (outcome.failure_class.value, outcome.detail)
+        self.streak = self.streak + 1 if code == self.code else 1
+        self.code = code
+
+    def room(self, in_flight: int) -> int | None:
+        """How many more attempts (or claims) may start now; None: no bound.
+
+        Until a send of the run succeeds, and while a streak runs, at most `threshold - streak -
+        in_flight`: even if every one of them fails like the streak, the streak stops at the
+        threshold. So a failure present from the first send (a bad key) costs at most
+        `threshold` attempts, and one that starts mid-run at most max(threshold, sends in
+        flight); a healthy run is never held back.
+        """
+        if not self.enabled or (self.proven and self.streak == 0):
+            return None
+        return max(0, (self.threshold or 0) - self.streak - in_flight)
+
+    def reason(self) -> str:
+        """The one line a stopped run fails with: the streak, its class and code, a hint."""
+        failure_class, detail = self.code or ("", "")
+        if credentials_refused(SendOutcome.failed(FailureClass(failure_class), detail)):
+            hint = (
+                "the provider refused the sender's credentials (check DIGEST_PROVIDER_API_KEY, "
+                "or DIGEST_SMTP_USERNAME and DIGEST_SMTP_PASSWORD)"
+            )
+        else:
+            hint = "the provider fails every send the same way"
+        return (
+            f"delivery stopped after {self.streak} consecutive {failure_class} failures with "
+            f"{detail or 'no detail'}: {hint}; the items not attempted are left due"
+        )
