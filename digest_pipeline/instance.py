@@ -114,7 +114,11 @@ def prepare_home(project_root: Path, env: Mapping[str, str], home: Path | None =
     home.mkdir(parents=True, exist_ok=True)
     with home_lock(home):
         _write_if_changed(home / "dagster.yaml", text)
-        initialise_instance(home)
+        if storage is None:
+            # The race is on the SQLite files inside the home (two first runs creating one
+            # schema). PostgreSQL storage is shared by every home and reads its URL from the
+            # process environment, which `env` need not be: it is left to the first instance.
+            initialise_instance(home)
     return home
 
 

@@ -990,7 +990,21 @@ class FakeLedger(Ledger):
             return RowReplacement(frozenset(replaced), refused, removed, len(written))
 
 
-class FaultInjectingMailer(Mailer):
+class WrappingMailer(Mailer):
+    """A mailer around another: its capabilities and lookups are the inner mailer's."""
+
+    def __init__(self, inner: Mailer) -> None:
+        self._inner = inner
+
+    @property
+    def capabilities(self) -> MailerCapabilities:
+        return self._inner.capabilities
+
+    def lookup(self, idempotency_key: str) -> LookupResult:
+        return self._inner.lookup(idempotency_key)
+
+
+class FaultInjectingMailer(WrappingMailer):
     """Wraps a real mailer: the provider really accepts, then the caller sees a fault.
 
     It turns the outbox or the HTTP provider into a participant of the crash-point tests: the
@@ -998,7 +1012,7 @@ class FaultInjectingMailer(Mailer):
     """
 
     def __init__(self, inner: Mailer) -> None:
-        self._inner = inner
+        super().__init__(inner)
         self._crash: set[str] = set()
         self._timeout: set[str] = set()
 
@@ -1007,13 +1021,6 @@ class FaultInjectingMailer(Mailer):
 
     def timeout_after_accept(self, key: str | OperationKey) -> None:
         self._timeout.add(str(key))
-
-    @property
-    def capabilities(self) -> MailerCapabilities:
-        return self._inner.capabilities
-
-    def lookup(self, idempotency_key: str) -> LookupResult:
-        return self._inner.lookup(idempotency_key)
 
     def send(self, message: Message, *, idempotency_key: str) -> SendOutcome:
         outcome = self._inner.send(message, idempotency_key=idempotency_key)
@@ -1026,22 +1033,15 @@ class FaultInjectingMailer(Mailer):
         return outcome
 
 
-class SystemicFailureMailer(Mailer):
+class SystemicFailureMailer(WrappingMailer):
     """Wraps a mailer: while `failing` is set, every send answers it (a revoked API key: 401)
     without reaching the inner mailer; otherwise the inner mailer sends. Counts every send."""
 
     def __init__(self, inner: Mailer, failing: SendOutcome | None = None) -> None:
-        self._inner = inner
+        super().__init__(inner)
         self._lock = threading.Lock()
         self._sends: Counter[str] = Counter()
         self.failing = failing
-
-    @property
-    def capabilities(self) -> MailerCapabilities:
-        return self._inner.capabilities
-
-    def lookup(self, idempotency_key: str) -> LookupResult:
-        return self._inner.lookup(idempotency_key)
 
     def send(self, message: Message, *, idempotency_key: str) -> SendOutcome:
         with self._lock:

@@ -71,8 +71,9 @@ no_duplicate_send = _invariant_check(
     "at_most_one_send_per_key",
     "digest_deliveries",
     True,
-    "At most one provider-confirmed send per operation key (invariant 4).",
-    "key(s) the provider confirmed more than once",
+    "At most one possible delivery per operation key (invariant 4): confirmed sends, and "
+    "attempts whose outcome was unknown, unless later evidence showed nothing was delivered.",
+    "key(s) that may have been delivered more than once",
 )
 at_most_one_cleanup_per_key = _invariant_check(
     "at_most_one_cleanup_per_key",

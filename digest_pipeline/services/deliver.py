@@ -382,7 +382,11 @@ class Deliverer:
             return SendOutcome.failed(FailureClass.PERMANENT, "no_recipient_in_snapshot")
         try:
             return self.composer.compose(claim.item, recipient, started.rows)
-        except RenderError:
+        except RenderError as e:
+            # The refusal names the field and the product (never an address or content); the
+            # item's detail stays the stable code `render_error`, the log line says which row.
+            why = str(e).removeprefix(f"{claim.key}: ")
+            log_event("render_refused", logging.WARNING, key=claim.key, why=why)
             return SendOutcome.failed(FailureClass.PERMANENT, "render_error")
         except Exception as e:
             # Rendering happens before anything leaves, so a composer bug is permanent for this

@@ -22,7 +22,7 @@ from digest_pipeline.adapters.sql_ledger import SqlLedger
 from digest_pipeline.adapters.sql_schema import metadata
 from digest_pipeline.cli import context, main
 from digest_pipeline.domain.failures import FailureClass, SendOutcome
-from digest_pipeline.domain.model import LookupResult, MailerCapabilities, Message
+from digest_pipeline.domain.model import Message
 from digest_pipeline.domain.periods import OperationKey
 from digest_pipeline.domain.policy import DeliveryPolicy
 from digest_pipeline.domain.retry import RetryPolicy
@@ -30,7 +30,7 @@ from digest_pipeline.ports import Clock, Composer, Mailer
 from digest_pipeline.services.deliver import DeliveryReport
 from digest_pipeline_tests.builders import deliver_all, key_of, make_deliverer, seed_period
 from digest_pipeline_tests.conftest import SQL_BACKENDS
-from digest_pipeline_tests.fakes import FaultInjectingMailer, FixedClock
+from digest_pipeline_tests.fakes import FaultInjectingMailer, FixedClock, WrappingMailer
 
 PROJECT = Path(__file__).resolve().parents[2]
 PERMANENT = SendOutcome.failed(FailureClass.PERMANENT, "smtp:550")
@@ -88,12 +88,12 @@ class Cli:
         return Run(code, out.getvalue(), err.getvalue())
 
 
-class ScriptedMailer(Mailer):
+class ScriptedMailer(WrappingMailer):
     """Wraps a real mailer: a scripted outcome is returned *instead of* sending (the provider
     never sees it), and `outage` fails every send while set; otherwise the inner mailer sends."""
 
     def __init__(self, inner: Mailer) -> None:
-        self._inner = inner
+        super().__init__(inner)
         self._lock = threading.Lock()
         self._scripts: dict[str, list[SendOutcome]] = {}
         self.outage: SendOutcome | None = None
@@ -101,13 +101,6 @@ class ScriptedMailer(Mailer):
     def script(self, key: OperationKey, *outcomes: SendOutcome) -> None:
         with self._lock:
             self._scripts.setdefault(str(key), []).extend(outcomes)
-
-    @property
-    def capabilities(self) -> MailerCapabilities:
-        return self._inner.capabilities
-
-    def lookup(self, idempotency_key: str) -> LookupResult:
-        return self._inner.lookup(idempotency_key)
 
     def send(self, message: Message, *, idempotency_key: str) -> SendOutcome:
         with self._lock:

@@ -35,6 +35,24 @@ def console_script() -> str:
     return found
 
 
+def first_line_then_close(argv: list[str], url: str, cwd: Path) -> tuple[bytes, str, int]:
+    """Runs `digest ARGV` into a reader that closes after one line, as `| head -1` does."""
+    env = {**os.environ, "DIGEST_DATABASE_URL": url}
+    with subprocess.Popen(
+        [console_script(), *argv],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        env=env,
+        cwd=cwd,
+    ) as proc:
+        assert proc.stdout is not None
+        first = proc.stdout.readline()
+        proc.stdout.close()
+        _, err = proc.communicate(timeout=60)
+    return first, err.decode(errors="replace"), proc.returncode
+
+
 @pytest.fixture
 def ledger_url(sql_engine_factory: Callable[[str], Engine]) -> str:
     """A SQLite ledger with ITEMS work items in the first period (ended by any real clock)."""
@@ -56,27 +74,16 @@ def ledger_url(sql_engine_factory: Callable[[str], Engine]) -> str:
 def test_items_into_a_reader_that_stops_after_one_line_ends_quietly(
     ledger_url, tmp_path, flags, first_line
 ):
-    env = {**os.environ, "DIGEST_DATABASE_URL": ledger_url}
-    with subprocess.Popen(
-        [console_script(), "items", "--period", str(FIRST_PERIOD), *flags],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        stdin=subprocess.DEVNULL,
-        env=env,
-        cwd=tmp_path,
-    ) as proc:
-        assert proc.stdout is not None
-        first = proc.stdout.readline()
-        proc.stdout.close()  # what `head -1` does once it has its line
-        _, err = proc.communicate(timeout=60)
+    first, stderr, code = first_line_then_close(
+        ["items", "--period", str(FIRST_PERIOD), *flags], ledger_url, tmp_path
+    )
 
     assert first.startswith(first_line.encode())
-    stderr = err.decode(errors="replace")
     assert "Traceback" not in stderr
     assert "BrokenPipeError" not in stderr
     assert stderr == ""
     # the status a shell reports for a writer whose reader left: the pipe really was closed
-    assert proc.returncode == EXIT_OUTPUT_CLOSED
+    assert code == EXIT_OUTPUT_CLOSED
 
 
 @pytest.fixture
@@ -108,20 +115,8 @@ def audit_url(sql_engine_factory: Callable[[str], Engine]) -> str:
 def test_audit_into_a_reader_that_stops_after_one_line_ends_quietly(
     audit_url, tmp_path, flags, first_line
 ):
-    env = {**os.environ, "DIGEST_DATABASE_URL": audit_url}
-    with subprocess.Popen(
-        [console_script(), "audit", *flags],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        stdin=subprocess.DEVNULL,
-        env=env,
-        cwd=tmp_path,
-    ) as proc:
-        assert proc.stdout is not None
-        first = proc.stdout.readline()
-        proc.stdout.close()  # `digest audit | head -1`
-        _, err = proc.communicate(timeout=60)
+    first, stderr, code = first_line_then_close(["audit", *flags], audit_url, tmp_path)
 
     assert first.startswith(first_line.encode())
-    assert err.decode(errors="replace") == ""  # no BrokenPipeError traceback
-    assert proc.returncode == EXIT_OUTPUT_CLOSED
+    assert stderr == ""  # no BrokenPipeError traceback
+    assert code == EXIT_OUTPUT_CLOSED

@@ -114,7 +114,12 @@ def test_no_duplicate_send_fails_for_a_second_confirmed_send_and_blocks_cleanup(
 
     result = world.materialize(selection=DELIVERY_AND_CLEANUP, raise_on_error=False)
 
-    assert_failed(result, "no_duplicate_send", sample=[str(key)], says="confirmed more than once")
+    assert_failed(
+        result,
+        "no_duplicate_send",
+        sample=[str(key)],
+        says="may have been delivered more than once",
+    )
     assert metadata(result, "digest_deliveries")["duplicate_sends"] == 1
     assert_cleanup_was_blocked(result, world)
 
