@@ -386,7 +386,7 @@ class Deliverer:
             # The refusal names the field and the product (never an address or content); the
             # item's detail stays the stable code `render_error`, the log line says which row.
             why = str(e).removeprefix(f"{claim.key}: ")
-            log_event("render_refused", logging.WARNING, key=claim.key, why=why)
+            log_event("render_refused", logging.INFO, key=claim.key, why=why)
             return SendOutcome.failed(FailureClass.PERMANENT, "render_error")
         except Exception as e:
             # Rendering happens before anything leaves, so a composer bug is permanent for this
