@@ -128,6 +128,16 @@ def _read(env: Mapping[str, str], name: str, default: T, parse: Callable[[str], 
         raise InvalidSetting(f"{name}={raw!r}: {e}") from e
 
 
+def _duration(env: Mapping[str, str], name: str, default: timedelta) -> timedelta:
+    """`name`'s duration in seconds, within its `SECONDS_RANGES` bounds, or `default`."""
+    return _read(env, name, default, _seconds(name))
+
+
+def _whole_number(env: Mapping[str, str], name: str, default: int) -> int:
+    """`name`'s whole number, within its `INT_RANGES` bounds, or `default`."""
+    return _read(env, name, default, _whole(name))
+
+
 def _sender(raw: str) -> str:
     """One address as a From header holds it: `digest@shop.example` or `Shop <digest@…>`."""
     try:
@@ -247,15 +257,12 @@ def _smtp(env: Mapping[str, str], required: bool) -> SmtpSettings | None:
     default_port = {"none": 25, "starttls": 587, "tls": 465}[security]
     return SmtpSettings(
         host=host,
-        port=_read(env, "DIGEST_SMTP_PORT", default_port, _whole("DIGEST_SMTP_PORT")),
+        port=_whole_number(env, "DIGEST_SMTP_PORT", default_port),
         username=env.get("DIGEST_SMTP_USERNAME") or None,
         password=env.get("DIGEST_SMTP_PASSWORD") or None,
         security=security,
-        timeout_seconds=_read(
-            env,
-            "DIGEST_SMTP_TIMEOUT_SECONDS",
-            timedelta(seconds=30),
-            _seconds("DIGEST_SMTP_TIMEOUT_SECONDS"),
+        timeout_seconds=_duration(
+            env, "DIGEST_SMTP_TIMEOUT_SECONDS", timedelta(seconds=30)
         ).total_seconds(),
     )
 
@@ -274,17 +281,11 @@ def _provider(env: Mapping[str, str], required: bool) -> ProviderSettings | None
     return ProviderSettings(
         url=url,
         api_key=key,
-        timeout_seconds=_read(
-            env,
-            "DIGEST_PROVIDER_TIMEOUT_SECONDS",
-            timedelta(seconds=10),
-            _seconds("DIGEST_PROVIDER_TIMEOUT_SECONDS"),
+        timeout_seconds=_duration(
+            env, "DIGEST_PROVIDER_TIMEOUT_SECONDS", timedelta(seconds=10)
         ).total_seconds(),
-        idempotency_window=_read(
-            env,
-            "DIGEST_PROVIDER_IDEMPOTENCY_WINDOW_SECONDS",
-            timedelta(hours=24),
-            _seconds("DIGEST_PROVIDER_IDEMPOTENCY_WINDOW_SECONDS"),
+        idempotency_window=_duration(
+            env, "DIGEST_PROVIDER_IDEMPOTENCY_WINDOW_SECONDS", timedelta(hours=24)
         ),
     )
 
@@ -295,10 +296,10 @@ def load_settings(env: Mapping[str, str], root: Path) -> Settings:
     defaults = DeliveryPolicy()
 
     def duration(name: str, default: timedelta) -> timedelta:
-        return _read(env, name, default, _seconds(name))
+        return _duration(env, name, default)
 
     def whole(name: str, default: int) -> int:
-        return _read(env, name, default, _whole(name))
+        return _whole_number(env, name, default)
 
     try:
         policy = DeliveryPolicy(
