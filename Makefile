@@ -48,17 +48,17 @@ lint: install ## ruff check, ruff format --check, import contracts, mypy
 validate: install ## Load the Dagster definitions as `dagster dev` would (workspace.yaml)
 	env -u DAGSTER_HOME $(BIN)/dagster definitions validate -w workspace.yaml
 
-test: install lint validate ## Lint, validate, then every test tier against a throwaway PostgreSQL
-	scripts/pg-test-cluster.sh -- $(BIN)/pytest $(PYTEST_ARGS)
+test: install lint validate ## Lint, validate, then every test tier against a throwaway PostgreSQL and Redis
+	scripts/pg-test-cluster.sh -- scripts/redis-test-server.sh -- $(BIN)/pytest $(PYTEST_ARGS)
 
 test-fast: install ## Tests that need no services (pytest -m "not integration")
 	$(BIN)/pytest -m "not integration" $(PYTEST_ARGS)
 
 chaos: install ## SIGKILL delivery workers on a throwaway PostgreSQL; check once-only delivery (long run)
-	scripts/pg-test-cluster.sh -- $(BIN)/python -m benchmarks.chaos --customers 5000 --workers 4 --rounds 10
+	scripts/pg-test-cluster.sh -- scripts/redis-test-server.sh -- $(BIN)/python -m benchmarks.chaos --customers 5000 --workers 4 --rounds 10
 
 bench: install ## Scale benchmarks (issue 7) on a throwaway PostgreSQL; tables + .digest/bench/*.json
-	scripts/pg-test-cluster.sh -- $(BIN)/python -m benchmarks $(BENCH_ARGS)
+	scripts/pg-test-cluster.sh -- scripts/redis-test-server.sh -- $(BIN)/python -m benchmarks $(BENCH_ARGS)
 
 demo: install ## Seed demo data and run the latest complete week end to end (SQLite + outbox)
 	DAGSTER_HOME=$(DAGSTER_HOME) $(BIN)/digest seed --customers $(DEMO_CUSTOMERS) --seed 7

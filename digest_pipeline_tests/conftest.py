@@ -39,12 +39,15 @@ def clock() -> FixedClock:
     return FixedClock(T0)
 
 
-def require_url(variable: str) -> str:
-    """A test server's URL from `variable`, or skip (locally) / fail (under CI=true) without."""
+def require_url(variable: str, service: str = "a throwaway PostgreSQL") -> str:
+    """A test server's URL from `variable`, or skip (locally) / fail (under CI=true) without.
+
+    `service` names what `make test` starts for it, for the skip/fail reason.
+    """
     url = os.environ.get(variable)
     if url:
         return url
-    reason = f"{variable} is not set (make test starts a throwaway PostgreSQL)"
+    reason = f"{variable} is not set (make test starts {service})"
     if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
         pytest.fail(f"integration tier cannot run under CI: {reason}")
     pytest.skip(reason)
@@ -53,6 +56,11 @@ def require_url(variable: str) -> str:
 def require_postgres_url() -> str:
     """The ledger's test database URL (`DIGEST_TEST_DATABASE_URL`)."""
     return require_url("DIGEST_TEST_DATABASE_URL")
+
+
+def require_redis_url() -> str:
+    """The test Redis server's URL (`DIGEST_TEST_REDIS_URL`, from scripts/redis-test-server.sh)."""
+    return require_url("DIGEST_TEST_REDIS_URL", "a throwaway Redis")
 
 
 @pytest.fixture(scope="session")

@@ -171,8 +171,11 @@ class ProviderServer:
         api_key: str = "re_test_4f9c2b7e1d",
         window_seconds: float = 24 * 3600.0,
         clock: Callable[[], float] = time.monotonic,
+        latency_seconds: float = 0.0,
     ) -> None:
         self.api_key = api_key
+        #: every request is answered this long after it was read (a provider's round trip)
+        self.latency_seconds = latency_seconds
         self.window_seconds = window_seconds
         self._clock = clock
         self._lock = threading.Lock()
@@ -311,6 +314,8 @@ class ProviderServer:
         key = h.headers.get("Idempotency-Key", "")
         with self._lock:
             self._received.append(Received(h.path, dict(h.headers.items()), body))
+        if self.latency_seconds:
+            time.sleep(self.latency_seconds)
         if h.path != "/emails":
             _error(h, 404, "not_found")
             return

@@ -249,3 +249,18 @@ ledger_identity = Table(
     Column("created_at", UtcDateTime, nullable=False),
     CheckConstraint("singleton = 1", name="singleton"),
 )
+
+#: the small values Dagster steps hand each other (the delivery fan-out's batch numbers and
+#: counts), so a step on another machine never reads the launcher's disk (defs/io_manager.py);
+#: a re-execution reads its parent run's rows, so they are kept for a while (`created_at`)
+step_outputs = Table(
+    "step_outputs",
+    metadata,
+    Column("run_id", String(64), nullable=False),
+    Column("step_key", String(255), nullable=False),
+    Column("output_name", String(255), nullable=False),
+    Column("mapping_key", String(255), nullable=False),
+    Column("value", Text, nullable=False),
+    Column("created_at", UtcDateTime, nullable=False, index=True),
+    PrimaryKeyConstraint("run_id", "step_key", "output_name", "mapping_key"),
+)

@@ -119,7 +119,12 @@ def run_period(ctx: Context, args: argparse.Namespace) -> int:
     # Imported here, not at the top: loading Dagster takes seconds `digest status` should not pay.
     import dagster as dg
 
-    from digest_pipeline.cli.workspace_job import execute_workspace_job, workspace_origin
+    from digest_pipeline.cli.workspace_job import (
+        execute_workspace_job,
+        failure_lines,
+        workspace_origin,
+    )
+    from digest_pipeline.defs.run_ledger import REFUSED
 
     if not (ctx.root / "dagster.yaml").is_file():
         raise UsageError(f"no dagster.yaml in {ctx.root}: run digest from the project folder")
@@ -140,10 +145,13 @@ def run_period(ctx: Context, args: argparse.Namespace) -> int:
                 run_config={"loggers": {"console": {"config": {"log_level": "ERROR"}}}},
             )
         checks = result.get_asset_check_evaluations()
+        failures = [] if result.success else failure_lines(instance, result.run_id, REFUSED)
     finally:
         instance.dispose()
     metrics = period_metrics(ledger, period, ctx.clock.now())
     ctx.write(f"period {period}: run {result.run_id} {'succeeded' if result.success else 'FAILED'}")
+    for line in failures:
+        ctx.write(f"  {line}")
     ctx.write()
     table(ctx, sorted(metrics.by_state.items()), ("state", "items"))
     ctx.write()

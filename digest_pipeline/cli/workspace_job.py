@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import dagster as dg
+from dagster._core.events import DagsterEventType
 from dagster._core.execution.api import execute_run
 from dagster._core.remote_origin import (
     InProcessCodeLocationOrigin,
@@ -99,3 +100,30 @@ def execute_workspace_job(
             asset_graph=repo.asset_graph,
         )
         return execute_run(recon_job, run, instance, raise_on_error=False)
+
+
+def failure_lines(instance: dg.DagsterInstance, run_id: str, refused: str) -> list[str]:
+    """Why the run failed: each failed step's innermost error and each refusal, one line each.
+
+    Read from the run's event log, which every step process writes to: the failure of a step on
+    a Celery worker or in a pod is nowhere else in this process. The innermost cause is the
+    project's own one-line refusal when there is one (Dagster wraps a resource's error); a
+    refusal while a step process opened its resources is logged starting with `refused`,
+    because a Celery task's error reaches the launcher without its cause.
+    """
+    lines = []
+    for record in instance.all_logs(run_id):
+        event = record.dagster_event
+        if event is None:
+            if record.user_message.startswith(refused):
+                step = f"step {record.step_key}: " if record.step_key else ""
+                lines.append(f"{step}{record.user_message}")
+            continue
+        if event.event_type != DagsterEventType.STEP_FAILURE or event.step_key is None:
+            continue
+        error = event.step_failure_data.error
+        while error is not None and error.cause is not None:
+            error = error.cause
+        line = error.message.strip().splitlines()[0] if error is not None and error.message else ""
+        lines.append(f"step {event.step_key} failed: {line}")
+    return list(dict.fromkeys(lines))

@@ -2,12 +2,21 @@
 
 `executor=` on the code location's `Definitions` is the default of every job that names none:
 `weekly_digest_job` (the schedule, the launchpad, `digest run`), the implicit asset job behind
-the asset graph's "Materialize" button, and the sweep sensor's asset-selection runs. The default
-is in-process: the job has about a dozen steps of seconds each, and a process per step (Dagster's
-own default, `multiprocess`) costs more than the steps themselves (README, "Launching from the
-UI"). Run config can still ask for `execution: {config: {multiprocess: {max_concurrent: N}}}`,
-the same shape as Dagster's default executor, for one run. `Definitions.merge` refuses a second
-executor, so no other module may set one.
+the asset graph's "Materialize" button, and the sweep sensor's asset-selection runs, so all of
+them run on the executor `DIGEST_EXECUTOR` names when the definitions load (the one setting
+read at load time: Dagster fixes a job's executor then):
+
+- `in_process` (default): the job has about a dozen steps of seconds each, and a process per
+  step costs more than the steps themselves (README, "Launching from the UI"). Run config can
+  still ask for `execution: {config: {multiprocess: {max_concurrent: N}}}` for one run.
+- `multiprocess`: the same selector with a process per step as its default.
+- `celery`: `dagster_celery.celery_executor` on `DIGEST_CELERY_BROKER_URL` (extra `celery`).
+- `k8s`: `dagster_k8s.k8s_job_executor`, configured in run config (extra `k8s`; README).
+
+Whichever it is, the executor records the launcher's `DIGEST_*` settings on the run before any
+step starts, so a step process with other settings refuses (run_settings.py). Step outputs go
+through the ledger (io_manager.py), so no executor needs a shared disk. `Definitions.merge`
+refuses a second executor, so no other module may set one.
 
 This module also makes the job's snapshot id the same in every process that loads the code
 location (`stable_blocking_check_order`), so a `digest run` run and a UI launch share the one
@@ -15,24 +24,119 @@ snapshot the code location reports.
 """
 
 import functools
-from collections.abc import Callable, Mapping, Sequence
+import os
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import dagster as dg
 from dagster._core.definitions.assets.job import asset_job
+from dagster._core.execution.context.system import PlanOrchestrationContext
+from dagster._core.execution.plan.plan import ExecutionPlan
+from dagster._core.executor.base import Executor
+from dagster._core.executor.init import InitExecutorContext
 
-#: in-process unless the run config selects `multiprocess`
-digest_executor = dg.multi_or_in_process_executor.configured(
-    lambda config: config,
-    name="in_process_or_multiprocess",
-    # Dagster's default executor's own selector (`in_process` | `multiprocess`), another default
-    config_schema=dg.Field(
-        dg.multi_or_in_process_executor.config_schema.as_field().config_type,
-        default_value={"in_process": {}},
-    ),
-    description="In-process by default; `multiprocess: {max_concurrent: N}` for a process per "
-    "step.",
-)
+from digest_pipeline.defs.run_settings import run_settings_tag
+from digest_pipeline.settings import ExecutorSettings, InvalidSetting, load_executor_settings
+
+#: Celery settings beyond the broker: a step is one task, taken one at a time by a worker, and a
+#: task whose worker process dies is failed (so the run fails and the sweep takes the week over)
+#: rather than redelivered while its items are still leased
+CELERY_CONFIG_SOURCE: Mapping[str, Any] = {
+    "worker_prefetch_multiplier": 1,
+    "task_acks_late": False,
+    "task_reject_on_worker_lost": False,
+}
+
+
+class _RecordingExecutor(Executor):
+    """Records the launcher's `DIGEST_*` settings on the run, then delegates to `inner`."""
+
+    def __init__(self, inner: Executor) -> None:
+        self._inner = inner
+
+    def __getattr__(self, name: str) -> Any:
+        # executors read their own attributes through the context (`executor.app_args()`)
+        return getattr(self._inner, name)
+
+    @property
+    def retries(self) -> Any:
+        return self._inner.retries
+
+    @property
+    def step_dependency_config(self) -> Any:
+        return self._inner.step_dependency_config
+
+    def execute(
+        self, plan_context: PlanOrchestrationContext, execution_plan: ExecutionPlan
+    ) -> Iterator[dg.DagsterEvent]:
+        plan_context.instance.add_run_tags(plan_context.run_id, run_settings_tag(os.environ))
+        yield from self._inner.execute(plan_context, execution_plan)
+
+
+def recording(defn: dg.ExecutorDefinition) -> dg.ExecutorDefinition:
+    """`defn`, whose executor first records the launcher's settings on the run."""
+    create = defn.executor_creation_fn
+    assert create is not None, defn.name
+
+    def create_recording(init_context: InitExecutorContext) -> Executor:
+        return _RecordingExecutor(create(init_context))
+
+    return dg.ExecutorDefinition(
+        name=defn.name,
+        config_schema=defn.config_schema.as_field(),
+        requirements=defn.get_requirements,
+        executor_creation_fn=create_recording,
+        description=defn.description,
+    )
+
+
+def _selector(default: str) -> dg.ExecutorDefinition:
+    """Dagster's default executor (`in_process` | `multiprocess`), with another default."""
+    return recording(dg.multi_or_in_process_executor).configured(
+        lambda config: config,
+        name="in_process_or_multiprocess",
+        config_schema=dg.Field(
+            dg.multi_or_in_process_executor.config_schema.as_field().config_type,
+            default_value={default: {}},
+        ),
+        description=f"{default} by default; run config may choose `in_process` or "
+        "`multiprocess: {max_concurrent: N}`.",
+    )
+
+
+#: in-process unless the run config selects `multiprocess` (the `DIGEST_EXECUTOR` default)
+digest_executor = _selector("in_process")
+
+
+def _extra(module: str, extra: str) -> Any:
+    try:
+        return __import__(module)
+    except ImportError as exc:
+        raise InvalidSetting(
+            f"DIGEST_EXECUTOR={extra} needs the `{extra}` extra: "
+            f"pip install 'digest_pipeline[{extra}]' ({exc})"
+        ) from exc
+
+
+def build_executor(settings: ExecutorSettings) -> dg.ExecutorDefinition:
+    """The executor definition `settings` name."""
+    if settings.name == "in_process":
+        return digest_executor
+    if settings.name == "multiprocess":
+        return _selector(settings.name)
+    if settings.name == "celery":
+        celery = _extra("dagster_celery", "celery")
+        return recording(celery.celery_executor).configured(
+            {
+                "broker": settings.celery_broker_url,
+                "backend": settings.celery_backend_url,
+                "config_source": dict(CELERY_CONFIG_SOURCE),
+            },
+            name="celery",
+        )
+    k8s = _extra("dagster_k8s", "k8s")
+    return recording(k8s.k8s_job_executor)
+
 
 _BLOCKING_ORDER = "_get_blocking_asset_check_output_handles_by_asset_key"
 _stable: set[Callable[..., Any]] = set()
@@ -68,4 +172,4 @@ def stable_blocking_check_order() -> None:
 def execution() -> dg.Definitions:
     """The executor of every job of the code location (and a stable job snapshot)."""
     stable_blocking_check_order()
-    return dg.Definitions(executor=digest_executor)
+    return dg.Definitions(executor=build_executor(load_executor_settings(os.environ)))

@@ -46,6 +46,15 @@ def _migrated_engine(url: str) -> Engine:
     return engine
 
 
+def open_ledger_engine(context: dg.InitResourceContext, database_url: str | None) -> Engine:
+    """The run's ledger database, migrated; refuses (fails closed) when it is not the run's."""
+    url = _load(database_url=database_url).database_url
+    implicit = database_url is None and not os.environ.get("DIGEST_DATABASE_URL")
+    return open_run_ledger(
+        context, url, implicit, _migrated_engine, SystemClock().now(), os.environ
+    )
+
+
 class _EngineResource(dg.ConfigurableResource[Any]):
     """Opens (and migrates) the ledger database for one run; disposes of it afterwards."""
 
@@ -53,11 +62,7 @@ class _EngineResource(dg.ConfigurableResource[Any]):
     _engine: Engine | None = PrivateAttr(default=None)
 
     def _open(self, context: dg.InitResourceContext) -> Engine:
-        url = _load(database_url=self.database_url).database_url
-        implicit = self.database_url is None and not os.environ.get("DIGEST_DATABASE_URL")
-        self._engine = open_run_ledger(
-            context, url, implicit, _migrated_engine, SystemClock().now()
-        )
+        self._engine = open_ledger_engine(context, self.database_url)
         return self._engine
 
     def teardown_after_execution(self, context: dg.InitResourceContext) -> None:

@@ -13,11 +13,14 @@ import dagster as dg
 from sqlalchemy import Engine
 
 from digest_pipeline.adapters.sql_identity import ledger_id, missing_sqlite_file, shown_url
-from digest_pipeline.domain.errors import LedgerMismatch
+from digest_pipeline.defs.run_settings import check_run_settings
+from digest_pipeline.domain.errors import LedgerMismatch, RunSettingsMismatch
 
 #: run tags naming the run's ledger: its id (authoritative) and its URL (for people)
 LEDGER_ID_TAG = "digest/ledger_id"
 LEDGER_URL_TAG = "digest/ledger"
+#: the start of a refusal's line in the run's event log (`digest run` prints those lines)
+REFUSED = "refused: "
 
 
 def refuse_before_open(url: str, implicit: bool, recorded: Mapping[str, str]) -> None:
@@ -53,19 +56,32 @@ def open_run_ledger(
     implicit: bool,
     open_engine: Callable[[str], Engine],
     now: datetime,
+    env: Mapping[str, str],
 ) -> Engine:
-    """Opens the run's ledger at `url`, recording or checking its identity on the run."""
+    """Opens the run's ledger at `url`, recording or checking its identity on the run.
+
+    It also checks the process's `DIGEST_*` settings against those the run was launched with
+    (run_settings.py), after the ledger, so a wrong ledger is named as such first.
+    """
     run, instance = context.run, context.instance
     # Read the tags afresh: an earlier step of this run may have recorded them since it began.
     fresh = instance.get_run_by_id(run.run_id) if run is not None and instance is not None else None
     recorded: Mapping[str, str] = fresh.tags if fresh is not None else {}
-    refuse_before_open(url, implicit, recorded)
-    engine = open_engine(url)
     try:
-        found = ledger_id(engine, now)
-        check_identity(url, found, recorded)
-    except BaseException:
-        engine.dispose()
+        refuse_before_open(url, implicit, recorded)
+        engine = open_engine(url)
+        try:
+            found = ledger_id(engine, now)
+            check_identity(url, found, recorded)
+            check_run_settings(env, recorded)
+        except BaseException:
+            engine.dispose()
+            raise
+    except (LedgerMismatch, RunSettingsMismatch) as exc:
+        # A Celery task's exception reaches the launcher without its cause (only Dagster's
+        # "Error executing resource_fn"); the run's event log keeps the refusal's own line.
+        if context.log is not None:
+            context.log.error(f"{REFUSED}{exc}")
         raise
     if fresh is not None and instance is not None and LEDGER_ID_TAG not in recorded:
         instance.add_run_tags(fresh.run_id, {LEDGER_ID_TAG: found, LEDGER_URL_TAG: shown_url(url)})

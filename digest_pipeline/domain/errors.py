@@ -90,3 +90,7 @@ class BreakerOpen(DigestError):
 
     The attempts it started are recorded; what it had not attempted is left due.
     """
+
+
+class RunSettingsMismatch(DigestError):
+    """A step process's `DIGEST_*` settings are not those its run was launched with; it refused."""

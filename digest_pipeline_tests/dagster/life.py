@@ -30,6 +30,7 @@ from digest_pipeline.adapters.sql_ledger import SqlLedger
 from digest_pipeline.adapters.sql_schema import customers as customers_table
 from digest_pipeline.adapters.sql_schema import orders as orders_table
 from digest_pipeline.adapters.sql_schema import products as products_table
+from digest_pipeline.defs.io_manager import LedgerIOManager
 from digest_pipeline.defs.resources import DeliveryResource
 from digest_pipeline.defs.sensors import digest_retry_sweeper
 from digest_pipeline.domain.periods import Period
@@ -251,6 +252,10 @@ class Life:
             "composer": self._composer,
             "clock": self.clock,
             "delivery": self.delivery,
+            # the project's own: the fan-out's outputs in this world's ledger database
+            "io_manager": LedgerIOManager(
+                database_url=self.engine.url.render_as_string(hide_password=False)
+            ),
         }
 
     def _launch(
