@@ -9,6 +9,7 @@ reports (`ManagedGrpcPythonEnvCodeLocationOrigin` from `workspace.yaml`), and th
 this process with the job's own executor (`dagster._core.execution.api.execute_run`).
 """
 
+import re
 import warnings
 from collections.abc import Mapping
 from pathlib import Path
@@ -111,13 +112,19 @@ def failure_lines(instance: dg.DagsterInstance, run_id: str, refused: str) -> li
     refusal while a step process opened its resources is logged starting with `refused`,
     because a Celery task's error reaches the launcher without its cause.
     """
-    lines = []
+    lines, workers = [], []
     for record in instance.all_logs(run_id):
         event = record.dagster_event
         if event is None:
             if record.user_message.startswith(refused):
                 step = f"step {record.step_key}: " if record.step_key else ""
                 lines.append(f"{step}{record.user_message}")
+            continue
+        if event.event_type == DagsterEventType.RUN_FAILURE:
+            # a task that failed before the step began (a worker without DAGSTER_PG_URL, say)
+            # is only in the executor's error, as "[step key]: Error: message" lines
+            error = event.job_failure_data.error
+            workers += _executor_step_errors(error.message if error is not None else "")
             continue
         if event.event_type != DagsterEventType.STEP_FAILURE or event.step_key is None:
             continue
@@ -126,4 +133,26 @@ def failure_lines(instance: dg.DagsterInstance, run_id: str, refused: str) -> li
             error = error.cause
         line = error.message.strip().splitlines()[0] if error is not None and error.message else ""
         lines.append(f"step {event.step_key} failed: {line}")
-    return list(dict.fromkeys(lines))
+    return list(dict.fromkeys(lines or workers))
+
+
+_EXCEPTION_LINE = re.compile(r"^[\w.]+(Error|Exception): ")
+
+
+def _executor_step_errors(text: str) -> list[str]:
+    """`step KEY failed: …` per "[KEY]: …" block of an executor's error, its innermost line.
+
+    The innermost is the block's last "SomeError: message" line (a wrapped cause names the
+    missing environment variable; the wrapper only says configuration failed to load).
+    """
+    found: dict[str, str] = {}
+    key = None
+    for line in text.splitlines():
+        if line.startswith("[") and "]: " in line:
+            key, _, first = line[1:].partition("]: ")
+            found[key] = first
+        elif line.startswith("Stack Trace"):
+            key = None
+        elif key is not None and _EXCEPTION_LINE.match(line):
+            found[key] = line
+    return [f"step {k} failed: {v}" for k, v in found.items()]

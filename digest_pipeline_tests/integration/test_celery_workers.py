@@ -138,12 +138,23 @@ def _assert_week_done_once(rig: CeleryRig, provider: ProviderServer, period: Per
     assert twice == {}, f"messages stored more than once: {twice}"
 
 
-def test_a_worker_without_the_runs_settings_refuses_its_step(rig: CeleryRig) -> None:
-    """A worker not given DIGEST_MAILER would 'deliver' into its own outbox: it refuses instead."""
-    rig.start_worker("stray", drop=("DIGEST_MAILER",))
+@pytest.mark.parametrize(
+    ("missing", "line"),
+    [
+        # without it the worker would 'deliver' into an outbox folder of its own
+        ("DIGEST_MAILER", "DIGEST_MAILER is not set here"),
+        # the run's Dagster storage: Dagster itself refuses, before the project's code runs
+        ("DAGSTER_PG_URL", "DAGSTER_PG_URL"),
+    ],
+)
+def test_a_worker_without_the_runs_settings_refuses_its_step(
+    rig: CeleryRig, missing: str, line: str
+) -> None:
+    rig.start_worker("stray", drop=(missing,))
     code, output = finished(rig.digest("run", "--period", str(W42)))
     assert code != 0, output
-    assert "DIGEST_MAILER is not set here" in output, output
+    summary = output.split("\n\nstate", 1)[0]  # the lines before the summary table
+    assert line in summary, output
     engine = _ledger(rig)
     try:
         with engine.connect() as conn:
