@@ -1,10 +1,11 @@
-"""`make bench`: the four benchmarks of issue 7 and the UI launch of issue 11, in order, each
-printing its table and writing JSON.
+"""`make bench`: the four benchmarks of issue 7, the UI launch of issue 11 and the Celery
+scale-out, in order, each printing its table and writing JSON.
 
-Run under `scripts/pg-test-cluster.sh` for the PostgreSQL variants; without
-`DIGEST_TEST_DATABASE_URL` they are reported as skipped. `--sizes` sets the end-to-end customer
-counts, or, with `--only`, the one size the chosen benchmark takes (side/scale/ui: customers,
-latency: the minimum items per level).
+Run under `scripts/pg-test-cluster.sh` (and `scripts/redis-test-server.sh` for Celery) for the
+PostgreSQL variants; without `DIGEST_TEST_DATABASE_URL` (or `DIGEST_TEST_REDIS_URL`) they are
+reported as skipped. `--sizes` sets the end-to-end customer counts, or, with `--only`, the one
+size the chosen benchmark takes (side/scale/ui/celery: customers, latency: the minimum items per
+level).
 """
 
 import argparse
@@ -14,9 +15,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks import common, e2e, latency, scale_out, side_by_side, ui_launch
+from benchmarks import celery_scale, common, e2e, latency, scale_out, side_by_side, ui_launch
 
-ORDER = ("e2e", "side", "latency", "scale", "ui")
+ORDER = ("e2e", "side", "latency", "scale", "ui", "celery")
 
 
 def _plans(a: argparse.Namespace) -> dict[str, Callable[[], Any]]:
@@ -51,6 +52,12 @@ def _plans(a: argparse.Namespace) -> dict[str, Callable[[], Any]]:
         "ui": lambda: ui_launch.run(
             ui_launch.Options(
                 customers=first if only and first else ui_launch.CUSTOMERS, json_dir=a.json_dir
+            )
+        ),
+        "celery": lambda: celery_scale.run(
+            celery_scale.Options(
+                customers=first if only and first else celery_scale.CUSTOMERS,
+                json_dir=a.json_dir,
             )
         ),
     }
