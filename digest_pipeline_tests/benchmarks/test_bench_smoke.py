@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from benchmarks import common, e2e, latency, scale_out, side_by_side, ui_launch
+from benchmarks import celery_scale, common, e2e, latency, scale_out, side_by_side, ui_launch
+from digest_pipeline_tests.conftest import require_postgres_url, require_redis_url
 from digest_pipeline_tests.dagster.harness import project
 
 
@@ -148,3 +149,20 @@ def test_duplicate_detection_is_not_vacuous(tmp_path):
 )
 def test_e2e_caps_a_size_that_would_not_fit_the_budget(size, previous, expected):
     assert e2e._capped(size, previous, 300.0) == expected
+
+
+@pytest.mark.integration
+def test_the_celery_rows_account_for_every_send_with_no_duplicate(tmp_path):
+    require_redis_url()
+    require_postgres_url()
+    celery_scale.run(
+        celery_scale.Options(
+            workers=[2], customers=150, batch_size=40, concurrency=4, json_dir=tmp_path
+        )
+    )
+    [row] = load(tmp_path, "celery_scale")["rows"]
+    assert row.get("note", "-") == "-", row
+    assert row["sends"] == row["sent_attempts"] > 0
+    assert (row["mailer_dup_sends"], row["ledger_double_sends"]) == (0, 0)
+    assert row["batches"] == row["expected_batches"] > 1
+    assert row["workers_used"] >= 1
