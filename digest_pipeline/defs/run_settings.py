@@ -17,8 +17,8 @@ from digest_pipeline.domain.errors import RunSettingsMismatch
 
 #: the run tag holding `{variable: mark}` for the launcher's `DIGEST_*` variables
 RUN_SETTINGS_TAG = "digest/settings"
-#: variables a step never reads, or that are checked another way
-UNCOMPARED = frozenset({"DIGEST_DATABASE_URL", "DIGEST_OPERATORS"})
+#: variables a step never reads (the CLI's), or that are checked another way (the ledger's URL)
+UNCOMPARED = frozenset({"DIGEST_DATABASE_URL", "DIGEST_OPERATORS", "DIGEST_LOG_LEVEL"})
 _SECRET = ("_PASSWORD", "_API_KEY", "_SECRET")
 _URL_PASSWORD = re.compile(r"(//[^:/@]*):[^@/]*@")
 

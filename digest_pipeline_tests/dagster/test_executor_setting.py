@@ -108,6 +108,7 @@ RUN_ENV = {
     "DIGEST_DATABASE_URL": "postgresql://u:pw@db/digest",
     "DIGEST_TEST_DATABASE_URL": "postgresql://x@y/z",
     "DIGEST_BATCH_SIZE": "500",
+    "DIGEST_LOG_LEVEL": "INFO",
 }
 
 
@@ -128,6 +129,7 @@ def test_the_same_settings_pass_and_the_ledger_url_and_test_variables_are_not_co
     check_run_settings(RUN_ENV, recorded)
     other = {**RUN_ENV, "DIGEST_DATABASE_URL": "postgresql://u@other/digest"}
     other.pop("DIGEST_TEST_DATABASE_URL")
+    other.pop("DIGEST_LOG_LEVEL")  # the CLI's own, not a step's
     check_run_settings(other, recorded)
     # another API key is the same mark (present): the provider, not this check, judges it
     check_run_settings({**RUN_ENV, "DIGEST_PROVIDER_API_KEY": "re_other"}, recorded)
