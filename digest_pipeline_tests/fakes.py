@@ -61,11 +61,11 @@ from digest_pipeline.domain.periods import OperationKey, Period
 from digest_pipeline.domain.possible_sends import possible_send_count
 from digest_pipeline.domain.regeneration import REGENERABLE, RowReplacement
 from digest_pipeline.domain.states import (
-    CLAIMABLE,
     TERMINAL,
     DeliveryState,
     check_transition,
 )
+from digest_pipeline.domain.transitions import is_due
 from digest_pipeline.ports import Clock, Composer, CustomerSource, Ledger, Mailer
 
 S = DeliveryState
@@ -507,10 +507,7 @@ class FakeLedger(Ledger):
             due = [
                 i
                 for i in self._items.values()
-                if i.state in CLAIMABLE
-                and i.next_attempt_at is not None
-                and i.next_attempt_at <= now
-                and (period is None or i.key.period == period)
+                if is_due(i, now) and (period is None or i.key.period == period)
             ]
             due.sort(key=lambda i: (i.next_attempt_at, str(i.key)))
             claims: list[Claim] = []
@@ -815,10 +812,7 @@ class FakeLedger(Ledger):
             return sum(
                 1
                 for i in self._items.values()
-                if i.state in CLAIMABLE
-                and i.next_attempt_at is not None
-                and i.next_attempt_at <= now
-                and (period is None or i.period == period)
+                if is_due(i, now) and (period is None or i.period == period)
             )
 
     def _cleanup_violations_locked(self, period: Period) -> set[str]:

@@ -9,32 +9,18 @@ never sent. The sensor starts stopped and needs the daemon (`dagster dev` runs o
 
 import hashlib
 from collections.abc import Sequence
-from datetime import datetime, timedelta
 
 import dagster as dg
 
 from digest_pipeline.defs.partitions import weekly_partitions
 from digest_pipeline.defs.resources import DeliveryResource
-from digest_pipeline.domain.model import WorkItem
 from digest_pipeline.domain.states import CLAIMABLE, DeliveryState
+from digest_pipeline.domain.transitions import sweep_reason
 from digest_pipeline.ports import Clock, Ledger
 
 S = DeliveryState
 SWEEP_ASSETS = (dg.AssetKey("digest_deliveries"), dg.AssetKey("digest_cleanup"))
 _OPEN = (*CLAIMABLE, S.CLAIMED, S.UNKNOWN)
-
-
-def _actionable(item: WorkItem, now: datetime, unknown_retention: timedelta) -> str | None:
-    """Why a run could move the item now (the state part of the fingerprint), or None."""
-    if item.state in CLAIMABLE and item.next_attempt_at is not None and item.next_attempt_at <= now:
-        return item.state.value
-    if item.state is S.CLAIMED and item.lease_expires_at is not None:
-        return "claimed_expired" if item.lease_expires_at <= now else None
-    if item.state is S.UNKNOWN:
-        # Past its retention an unknown item is dead-lettered by the next run: a new key for it.
-        since = item.last_attempt_at or item.created_at
-        return "unknown_expired" if now >= since + unknown_retention else "unknown"
-    return None
 
 
 def fingerprint(marks: Sequence[tuple[str, int, str]]) -> str:
@@ -71,7 +57,7 @@ def digest_retry_sweeper(
         marks = [
             (str(i.key), i.lease_token, why)
             for i in ledger.items(period, _OPEN)
-            if (why := _actionable(i, now, retention)) is not None
+            if (why := sweep_reason(i, now, retention)) is not None
         ]
         if marks:
             requests.append(

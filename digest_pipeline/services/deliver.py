@@ -42,15 +42,10 @@ from digest_pipeline.domain.model import (
 from digest_pipeline.domain.periods import OperationKey, Period
 from digest_pipeline.domain.policy import DeliveryPolicy
 from digest_pipeline.domain.retry import (
-    DeadLetter,
-    DeadLetterReason,
-    Fail,
     RandomSource,
-    Reconcile,
-    RetryAt,
-    decide,
 )
 from digest_pipeline.domain.states import DeliveryState
+from digest_pipeline.domain.transitions import after_attempt, before_send, move
 from digest_pipeline.ports import Clock, Composer, Ledger, Mailer
 from digest_pipeline.services import late
 from digest_pipeline.services.evidence import RECONCILE_ACTOR, confirmed_attempt
@@ -293,26 +288,8 @@ class Deliverer:
         """
         item = claim.item
         closes_at = None if item.replayed_at is not None else self.closes_at(item.period)
-        closed = closes_at is not None and now >= closes_at
-        if item.dedupe_until is not None and (
-            closed or now + self.policy.lease >= item.dedupe_until
-        ):
-            # A resend that only the provider's deduplication made safe, and that guarantee
-            # (or the delivery window) has run out: back to `unknown`, never a blind send.
-            return self._record(
-                claim, self._move(claim, S.UNKNOWN, now, detail="dedupe_window_passed")
-            )
-        if closed:
-            return self._record(
-                claim,
-                self._move(
-                    claim,
-                    S.DEAD_LETTERED,
-                    now,
-                    detail="window_closed",
-                    dead_letter_reason=DeadLetterReason.WINDOW_CLOSED.value,
-                ),
-            )
+        if (instead := before_send(claim, closes_at, now, self.policy)) is not None:
+            return self._record(claim, instead)
         if item.attempts and (confirmed := self._confirmed_attempt(claim)) is not None:
             return self._record(claim, confirmed)
         return closes_at
@@ -320,7 +297,7 @@ class Deliverer:
     def _move(
         self, claim: Claim, target: DeliveryState, now: datetime, **fields: Any
     ) -> Transition:
-        return Transition(claim.key, S.CLAIMED, claim.token, target, now, **fields)
+        return move(claim, target, now, **fields)
 
     def _confirmed_attempt(self, claim: Claim) -> Transition | None:
         """Ledger first: a retry whose earlier attempt was confirmed late is not sent again."""
@@ -410,43 +387,15 @@ class Deliverer:
         started_at: datetime,
         closes_at: datetime | None,
     ) -> Transition:
-        now = self.clock.now()
-
-        def move(target: DeliveryState, **fields: Any) -> Transition:
-            return self._move(claim, target, now, **fields)
-
-        fc = outcome.failure_class
-        if fc is None:
-            return move(S.SENT, provider_message_id=outcome.provider_message_id)
-        throttled = fc is FailureClass.THROTTLED
-        item = claim.item
-        decision = decide(
-            fc,
-            # the start of this attempt took one unit; a throttle gives it back
-            budget_used=item.budget_used + (0 if throttled else 1),
-            window_started_at=item.window_started_at or started_at,
-            now=now,
-            policy=self.policy.retry,
+        return after_attempt(
+            claim,
+            outcome,
+            started_at=started_at,
+            closes_at=closes_at,
+            now=self.clock.now(),
+            policy=self.policy,
             rand=self.rand,
-            retry_after=outcome.retry_after,
-            delivery_closes_at=closes_at,
         )
-        failure = {"failure_class": fc, "detail": outcome.detail, "refund_budget": throttled}
-        match decision:
-            case RetryAt(at):
-                return move(S.RETRY_SCHEDULED, next_attempt_at=at, **failure)
-            case DeadLetter(reason) | Fail(reason) if item.dedupe_until is not None:
-                # This was a resend of an attempt whose outcome is unknown: the first may have
-                # been delivered, so the item is not "failed"; a replay must reconcile it first.
-                unresolved = DeadLetterReason.UNKNOWN_UNRESOLVED.value
-                failure["detail"] = f"{reason.value}:{outcome.detail}"
-                return move(S.DEAD_LETTERED, dead_letter_reason=unresolved, **failure)
-            case DeadLetter(reason) | Fail(reason):
-                target = S.FAILED if isinstance(decision, Fail) else S.DEAD_LETTERED
-                return move(target, dead_letter_reason=reason.value, **failure)
-            case Reconcile():
-                return move(S.UNKNOWN, **failure)
-        raise AssertionError(f"unhandled decision {decision!r}")
 
     def _record(self, claim: Claim, transition: Transition) -> str:
         """Applies a transition that closes no attempt."""

@@ -17,6 +17,7 @@ from digest_pipeline.domain.periods import OperationKey, Period
 from digest_pipeline.domain.policy import DeliveryPolicy
 from digest_pipeline.domain.retry import DeadLetterReason
 from digest_pipeline.domain.states import DeliveryState
+from digest_pipeline.domain.transitions import unknown_expired
 from digest_pipeline.ports import Clock, Ledger, Mailer
 from digest_pipeline.services import late
 from digest_pipeline.services.evidence import RECONCILE_ACTOR, confirmed_attempt, never_accepted
@@ -75,7 +76,7 @@ def _evidence(
     ):
         fields = {"next_attempt_at": now, "dedupe_until": first + window}
         return S.RETRY_SCHEDULED, "idempotent_resend", fields
-    if now >= (item.last_attempt_at or item.created_at) + policy.unknown_retention:
+    if unknown_expired(item, now, policy.unknown_retention):
         reason = DeadLetterReason.UNKNOWN_UNRESOLVED.value
         return S.DEAD_LETTERED, reason, {"dead_letter_reason": reason}
     return None
