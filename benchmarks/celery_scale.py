@@ -49,14 +49,13 @@ import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from sqlalchemy import func, select
 
 from benchmarks import common
-from digest_pipeline.adapters.demo_data import seed_demo
 from digest_pipeline.adapters.sql_engine import create_ledger_engine
 from digest_pipeline.adapters.sql_invariants import evaluate_invariants
 from digest_pipeline.adapters.sql_schema import attempts, work_items
@@ -164,37 +163,32 @@ def _measure(opts: Options, workers: int, root: Path) -> dict[str, Any]:
 
     from digest_pipeline_tests.celery_rig import (
         CeleryRig,
-        celery_settings,
         finished,
         fresh_database,
+        provider_settings,
         run_id_of,
+        seeded_ledger,
         step_workers,
     )
-    from digest_pipeline_tests.conftest import T0
     from digest_pipeline_tests.provider_server import ProviderServer
 
     broker = os.environ[REDIS_URL_ENV]
     redis.Redis.from_url(broker).flushdb()
-    ledger_url = fresh_database(os.environ[common.PG_URL_ENV], f"bench_celery_ledger_{workers}")
+    ledger_url, seeded = seeded_ledger(
+        os.environ[common.PG_URL_ENV],
+        f"bench_celery_ledger_{workers}",
+        customers=opts.customers,
+        seed=SEED,
+    )
     dagster_url = fresh_database(os.environ[DAGSTER_URL_ENV], f"bench_celery_dagster_{workers}")
-    engine = create_ledger_engine(ledger_url)
-    try:
-        seeded = seed_demo(engine, customers=opts.customers, seed=SEED, now=T0)
-    finally:
-        engine.dispose()
     eligible = seeded.customers - seeded.inactive - seeded.not_opted_in
-    # real clocks on the workers: keep the past week's delivery window open until tomorrow
-    window = datetime.now(UTC) + timedelta(days=1) - PERIOD.ends_at
     with ProviderServer(latency_seconds=opts.latency_ms / 1000) as provider:
-        settings = celery_settings(
+        settings = provider_settings(
             ledger_url,
             broker,
-            DIGEST_MAILER="http",
-            DIGEST_PROVIDER_URL=provider.url,
-            DIGEST_PROVIDER_API_KEY=provider.api_key,
+            provider,
             DIGEST_BATCH_SIZE=str(opts.batch_size),
             DIGEST_CONCURRENCY=str(opts.concurrency),
-            DIGEST_DELIVERY_WINDOW_SECONDS=str(int(window.total_seconds())),
         )
         rig = CeleryRig(root / f"workers_{workers}", settings, dagster_url)
         try:

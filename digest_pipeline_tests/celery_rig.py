@@ -14,6 +14,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import dagster as dg
@@ -21,13 +22,20 @@ import sqlalchemy as sa
 from dagster._core.events import DagsterEventType
 from dagster._core.instance.ref import InstanceRef
 
+from digest_pipeline.adapters.demo_data import SeedReport, seed_demo
+from digest_pipeline.adapters.sql_engine import create_ledger_engine
+from digest_pipeline.domain.periods import Period
 from digest_pipeline.instance import prepare_home
+from digest_pipeline_tests.conftest import T0
+from digest_pipeline_tests.provider_server import ProviderServer
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 CELERY_YAML = PROJECT_ROOT / "deploy" / "celery.yaml"
 #: the engine event's metadata entry naming the worker that ran a step (dagster_celery/tasks.py)
 WORKER_ENTRY = "Celery worker"
+#: the first week the demo shop seeded at T0 can deliver
+SEEDED_WEEK = Period(2026, 42)
 
 
 def fresh_database(server_url: str, name: str) -> str:
@@ -214,11 +222,37 @@ def run_id_of(output: str) -> str:
     return first.split(" run ", 1)[1].split()[0]
 
 
-def celery_settings(ledger_url: str, broker_url: str, **extra: str) -> dict[str, str]:
-    """The run's `DIGEST_*` settings for Celery on `broker_url` and the ledger at `ledger_url`."""
+def seeded_ledger(
+    server_url: str, name: str, *, customers: int, seed: int
+) -> tuple[str, SeedReport]:
+    """A fresh ledger database `name` on `server_url`'s server with the demo shop as of T0.
+
+    Returns its URL and the seed report.
+    """
+    url = fresh_database(server_url, name)
+    engine = create_ledger_engine(url)
+    try:
+        return url, seed_demo(engine, customers=customers, seed=seed, now=T0)
+    finally:
+        engine.dispose()
+
+
+def provider_settings(
+    ledger_url: str, broker_url: str, provider: ProviderServer, **extra: str
+) -> dict[str, str]:
+    """The run's `DIGEST_*` settings: Celery on `broker_url`, the ledger, the HTTP provider.
+
+    The workers' clocks are real, so the seeded weeks (2026-W42 on) keep their delivery window
+    open until a day from now.
+    """
+    window = datetime.now(UTC) + timedelta(days=1) - SEEDED_WEEK.ends_at
     return {
         "DIGEST_DATABASE_URL": ledger_url,
         "DIGEST_EXECUTOR": "celery",
         "DIGEST_CELERY_BROKER_URL": broker_url,
+        "DIGEST_MAILER": "http",
+        "DIGEST_PROVIDER_URL": provider.url,
+        "DIGEST_PROVIDER_API_KEY": provider.api_key,
+        "DIGEST_DELIVERY_WINDOW_SECONDS": str(int(window.total_seconds())),
         **extra,
     }

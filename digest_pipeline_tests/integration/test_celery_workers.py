@@ -15,12 +15,11 @@ import os
 import signal
 import time
 from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 
 import pytest
 from sqlalchemy import Engine, func, select
 
-from digest_pipeline.adapters.demo_data import seed_demo
 from digest_pipeline.adapters.sql_engine import create_ledger_engine
 from digest_pipeline.adapters.sql_invariants import evaluate_invariants
 from digest_pipeline.adapters.sql_schema import attempts, eligibility_snapshot, work_items
@@ -28,14 +27,14 @@ from digest_pipeline.domain.periods import Period
 from digest_pipeline.domain.states import DeliveryState
 from digest_pipeline_tests.celery_rig import (
     CeleryRig,
-    celery_settings,
     finished,
     fresh_database,
+    provider_settings,
     run_id_of,
+    seeded_ledger,
     step_workers,
 )
 from digest_pipeline_tests.conftest import (
-    T0,
     require_postgres_url,
     require_redis_url,
     require_url,
@@ -62,28 +61,20 @@ def provider() -> Iterator[ProviderServer]:
 @pytest.fixture(scope="module")
 def rig(tmp_path_factory: pytest.TempPathFactory, provider: ProviderServer) -> Iterator[CeleryRig]:
     broker = require_redis_url()
-    ledger_url = fresh_database(require_postgres_url(), "digest_celery")
+    ledger_url, _ = seeded_ledger(
+        require_postgres_url(), "digest_celery", customers=CUSTOMERS, seed=11
+    )
     dagster_url = fresh_database(require_url("DAGSTER_TEST_PG_URL"), "dagster_celery")
-    engine = create_ledger_engine(ledger_url)
-    try:
-        seed_demo(engine, customers=CUSTOMERS, seed=11, now=T0)
-    finally:
-        engine.dispose()
-    # real clocks: keep both fixed, past weeks' delivery windows open until a day from now
-    window = datetime.now(UTC) + timedelta(days=1) - W42.ends_at
-    settings = celery_settings(
+    settings = provider_settings(
         ledger_url,
         broker,
-        DIGEST_MAILER="http",
-        DIGEST_PROVIDER_URL=provider.url,
-        DIGEST_PROVIDER_API_KEY=provider.api_key,
+        provider,
         DIGEST_BATCH_SIZE=str(BATCH_SIZE),
         DIGEST_CONCURRENCY=str(CONCURRENCY),
         DIGEST_LEASE_SECONDS=str(LEASE_SECONDS),
         # the dead step's claimed-but-unsent items come back as retries: due within seconds
         DIGEST_RETRY_BASE_SECONDS="1",
         DIGEST_RETRY_CAP_SECONDS="2",
-        DIGEST_DELIVERY_WINDOW_SECONDS=str(int(window.total_seconds())),
     )
     rig = CeleryRig(tmp_path_factory.mktemp("celery"), settings, dagster_url)
     try:
