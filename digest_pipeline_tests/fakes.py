@@ -68,8 +68,6 @@ from digest_pipeline.domain.states import (
 from digest_pipeline.domain.transitions import is_due
 from digest_pipeline.ports import Clock, Composer, CustomerSource, Ledger, Mailer
 
-S = DeliveryState
-
 _SAMPLE_SIZE = 10
 _RECONCILING_ACTIONS = frozenset({"reconcile", "resolve"})
 
@@ -487,7 +485,7 @@ class FakeLedger(Ledger):
             missing = [k for k in keys if k not in self._items]
             for k in missing:
                 self._items[k] = WorkItem(
-                    key=k, state=S.PENDING, created_at=now, next_attempt_at=now
+                    key=k, state=DeliveryState.PENDING, created_at=now, next_attempt_at=now
                 )
             if info.enqueued_at is None:
                 self._snapshots[period] = replace(info, enqueued_at=now)
@@ -516,7 +514,7 @@ class FakeLedger(Ledger):
                 expires_at = now + lease
                 claimed = replace(
                     item,
-                    state=S.CLAIMED,
+                    state=DeliveryState.CLAIMED,
                     lease_owner=owner,
                     lease_token=token,
                     lease_expires_at=expires_at,
@@ -531,7 +529,7 @@ class FakeLedger(Ledger):
         with self._lock:
             item = self._require_locked(claim.key)
             if not (
-                item.state is S.CLAIMED
+                item.state is DeliveryState.CLAIMED
                 and item.lease_token == claim.token
                 and item.lease_expires_at is not None
                 and item.lease_expires_at > now
@@ -591,7 +589,7 @@ class FakeLedger(Ledger):
                 f"{t.key}: expected {t.expected.value} with token {t.token};"
                 " another worker or operator changed it first"
             )
-        clear_lease = t.target is not S.CLAIMED
+        clear_lease = t.target is not DeliveryState.CLAIMED
         budget = item.budget_used - 1 if t.refund_budget else item.budget_used
         updated = replace(
             item,
@@ -608,7 +606,7 @@ class FakeLedger(Ledger):
                 if t.provider_message_id is not None
                 else item.provider_message_id
             ),
-            sent_at=t.at if t.target is S.SENT else item.sent_at,
+            sent_at=t.at if t.target is DeliveryState.SENT else item.sent_at,
             budget_used=0 if t.reopen else budget,
             window_started_at=None if t.reopen else item.window_started_at,
             replayed_at=t.at if t.reopen else item.replayed_at,
@@ -622,7 +620,7 @@ class FakeLedger(Ledger):
         )
 
         replayed: list[tuple[int, DeadLetterRecord]] = []
-        if t.target is S.PENDING:
+        if t.target is DeliveryState.PENDING:
             replayed = [
                 (i, replace(d, replayed_at=t.at))
                 for i, d in enumerate(self._dead_letters)
@@ -672,7 +670,7 @@ class FakeLedger(Ledger):
             requeued: list[OperationKey] = []
             unknown: list[OperationKey] = []
             for item in list(self._items.values()):
-                if item.state is not S.CLAIMED:
+                if item.state is not DeliveryState.CLAIMED:
                     continue
                 if item.lease_expires_at is None or item.lease_expires_at > now:
                     continue
@@ -682,14 +680,14 @@ class FakeLedger(Ledger):
                 if self._has_open_attempt_locked(item.key, item.lease_token):
                     self._items[item.key] = replace(
                         lease_cleared,
-                        state=S.UNKNOWN,
+                        state=DeliveryState.UNKNOWN,
                         last_failure_class=FailureClass.UNKNOWN,
                         next_attempt_at=None,
                     )
                     unknown.append(item.key)
                 else:
                     self._items[item.key] = replace(
-                        lease_cleared, state=S.RETRY_SCHEDULED, next_attempt_at=now
+                        lease_cleared, state=DeliveryState.RETRY_SCHEDULED, next_attempt_at=now
                     )
                     requeued.append(item.key)
             return LeaseRecovery(
@@ -754,7 +752,7 @@ class FakeLedger(Ledger):
             item = self._require_locked(key)
             if any(c.key == key for c in self._cleanups):
                 return CleanupReceipt(key, "already_cleaned", 0)
-            if item.state is not S.SENT or item.lease_token != token:
+            if item.state is not DeliveryState.SENT or item.lease_token != token:
                 raise LostRace(
                     f"{key}: expected sent with token {token}; cleanup refused, nothing changed"
                 )
@@ -762,7 +760,7 @@ class FakeLedger(Ledger):
             if mode is CleanupMode.ARCHIVE:
                 self._archived.extend(ArchivedRow(r, now) for r in rows)
             self._cleanups.append(CleanupRecord(key, key.period, mode, len(rows), now, now))
-            self._items[key] = replace(item, state=S.CLEANED, cleaned_at=now)
+            self._items[key] = replace(item, state=DeliveryState.CLEANED, cleaned_at=now)
             return CleanupReceipt(key, "cleaned", len(rows))
 
     # -- dead letters, audit ---------------------------------------------------------------
@@ -837,13 +835,17 @@ class FakeLedger(Ledger):
             if a.key.period != period:
                 continue
             item = self._items.get(a.key)
-            held = item is not None and item.state is S.CLAIMED and item.lease_token == a.token
+            held = (
+                item is not None
+                and item.state is DeliveryState.CLAIMED
+                and item.lease_token == a.token
+            )
             suspicious = a.outcome == FailureClass.UNKNOWN.value or (
                 a.finished_at is None and not held
             )
             if not suspicious:
                 continue
-            if item is not None and item.state is S.UNKNOWN:
+            if item is not None and item.state is DeliveryState.UNKNOWN:
                 continue
             reconciled = any(
                 e.key == a.key and e.action in _RECONCILING_ACTIONS and e.at >= a.started_at
@@ -865,11 +867,13 @@ class FakeLedger(Ledger):
             if i.key.period != period:
                 continue
             stuck_claim = (
-                i.state is S.CLAIMED
+                i.state is DeliveryState.CLAIMED
                 and i.lease_expires_at is not None
                 and i.lease_expires_at <= now
             )
-            unscheduled_retry = i.state is S.RETRY_SCHEDULED and i.next_attempt_at is None
+            unscheduled_retry = (
+                i.state is DeliveryState.RETRY_SCHEDULED and i.next_attempt_at is None
+            )
             if stuck_claim or unscheduled_retry:
                 offending.add(str(i.key))
         return offending
@@ -885,7 +889,11 @@ class FakeLedger(Ledger):
             if len(tries) < 2:
                 continue
             item = self._items.get(key)
-            held = item.lease_token if item is not None and item.state is S.CLAIMED else None
+            held = (
+                item.lease_token
+                if item is not None and item.state is DeliveryState.CLAIMED
+                else None
+            )
             audit = [e for e in self._audit if e.key == key]
             if possible_send_count(tries, audit, held) > 1:
                 offending.add(str(key))

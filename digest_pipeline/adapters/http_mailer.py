@@ -36,7 +36,6 @@ from digest_pipeline.domain.model import MailerCapabilities, Message
 from digest_pipeline.ports import Mailer
 from digest_pipeline.settings import ProviderSettings
 
-F = FailureClass
 logger = logging.getLogger("digest_pipeline.adapters.http")
 
 _QUOTA_NAMES = frozenset({"daily_quota_exceeded", "monthly_quota_exceeded"})
@@ -87,13 +86,13 @@ class HttpProviderMailer(Mailer):
         key = str(message.key)
         if idempotency_key != key:
             _event("idempotency_key_mismatch", logging.ERROR, key=key)
-            return SendOutcome.failed(F.PERMANENT, "http:idempotency_key_mismatch")
+            return SendOutcome.failed(FailureClass.PERMANENT, "http:idempotency_key_mismatch")
         try:
             # The header rules every mailer applies. No full serialisation: the provider builds
             # the MIME message from the JSON fields and validates the addresses itself (a 422).
             check_message(message)
         except RenderError:
-            return SendOutcome.failed(F.PERMANENT, "render_error")
+            return SendOutcome.failed(FailureClass.PERMANENT, "render_error")
         try:
             response = self._http().post(
                 "/emails", json=_body(message), headers={"Idempotency-Key": key}
@@ -102,7 +101,7 @@ class HttpProviderMailer(Mailer):
             outcome = _transport_outcome(e)
         else:
             outcome = _response_outcome(response, key)
-        level = logging.WARNING if outcome.failure_class is F.UNKNOWN else logging.DEBUG
+        level = logging.WARNING if outcome.failure_class is FailureClass.UNKNOWN else logging.DEBUG
         _event("provider_send", level, key=key, outcome=outcome.label, detail=outcome.detail)
         return outcome
 
@@ -151,7 +150,11 @@ def _body(message: Message) -> dict[str, Any]:
 def _transport_outcome(error: httpx.HTTPError | httpx.InvalidURL) -> SendOutcome:
     code = re.sub(r"(?<!^)(?=[A-Z])", "_", type(error).__name__).lower()
     # A request that never left cannot have been accepted; after that, anything may have been.
-    failure = F.TRANSIENT if isinstance(error, _NEVER_LEFT + _MISCONFIGURED) else F.UNKNOWN
+    failure = (
+        FailureClass.TRANSIENT
+        if isinstance(error, _NEVER_LEFT + _MISCONFIGURED)
+        else FailureClass.UNKNOWN
+    )
     return SendOutcome.failed(failure, f"http:{code}")
 
 
@@ -160,21 +163,25 @@ def _response_outcome(response: httpx.Response, key: str) -> SendOutcome:
     if response.is_success:
         provider_id = _json_field(response, "id")
         if provider_id is None:
-            return SendOutcome.failed(F.UNKNOWN, f"http:{status}:malformed_body")
+            return SendOutcome.failed(FailureClass.UNKNOWN, f"http:{status}:malformed_body")
         return SendOutcome.sent(provider_id)
     name = _json_field(response, "name")
     name = name if name is not None and _ERROR_NAME.fullmatch(name) else None
     detail = f"http:{status}" + (f":{name}" if name else "")
     if status == 429:
         if name in _QUOTA_NAMES:
-            return SendOutcome.failed(F.PERMANENT, detail)
-        return SendOutcome.failed(F.THROTTLED, detail, retry_after=_retry_after(response))
+            return SendOutcome.failed(FailureClass.PERMANENT, detail)
+        return SendOutcome.failed(
+            FailureClass.THROTTLED, detail, retry_after=_retry_after(response)
+        )
     if status == 409 and name == "invalid_idempotent_request":
         _event("idempotency_key_payload_mismatch", logging.ERROR, key=key, detail=detail)
-        return SendOutcome.failed(F.PERMANENT, detail)
+        return SendOutcome.failed(FailureClass.PERMANENT, detail)
     if (status == 409 and name == "concurrent_idempotent_requests") or status == 408:
-        return SendOutcome.failed(F.TRANSIENT, detail)
-    return SendOutcome.failed(F.TRANSIENT if status >= 500 else F.PERMANENT, detail)
+        return SendOutcome.failed(FailureClass.TRANSIENT, detail)
+    return SendOutcome.failed(
+        FailureClass.TRANSIENT if status >= 500 else FailureClass.PERMANENT, detail
+    )
 
 
 def _json_field(response: httpx.Response, field: str) -> str | None:

@@ -33,7 +33,6 @@ from digest_pipeline.domain.possible_sends import (
 )
 from digest_pipeline.domain.states import DeliveryState
 
-S = DeliveryState
 wi, a = work_items, attempts
 SAMPLE = 10
 #: audit actions that count as evidence an `unknown` outcome was looked at
@@ -72,7 +71,7 @@ def _one_cleanup_per_sent_item(p: str) -> Select[Any]:
 def _no_silent_timeout(p: str) -> Select[Any]:
     still_open_elsewhere = and_(
         a.c.finished_at.is_(None),
-        not_(and_(wi.c.state == S.CLAIMED.value, wi.c.lease_token == a.c.lease_token)),
+        not_(and_(wi.c.state == DeliveryState.CLAIMED.value, wi.c.lease_token == a.c.lease_token)),
     )
     looked_at = exists().where(
         audit_log.c.operation_key == a.c.operation_key,
@@ -85,7 +84,7 @@ def _no_silent_timeout(p: str) -> Select[Any]:
         .where(
             wi.c.period == p,
             or_(a.c.outcome == "unknown", still_open_elsewhere),
-            wi.c.state != S.UNKNOWN.value,
+            wi.c.state != DeliveryState.UNKNOWN.value,
             not_(looked_at),
         )
     )
@@ -95,8 +94,8 @@ def _every_item_visible(p: str, now: datetime, enqueued: bool) -> Select[Any]:
     stuck = select(wi.c.operation_key).where(
         wi.c.period == p,
         or_(
-            and_(wi.c.state == S.CLAIMED.value, wi.c.lease_expires_at <= now),
-            and_(wi.c.state == S.RETRY_SCHEDULED.value, wi.c.next_attempt_at.is_(None)),
+            and_(wi.c.state == DeliveryState.CLAIMED.value, wi.c.lease_expires_at <= now),
+            and_(wi.c.state == DeliveryState.RETRY_SCHEDULED.value, wi.c.next_attempt_at.is_(None)),
         ),
     )
     if not enqueued:
@@ -114,7 +113,7 @@ def _at_most_one_send_per_key(p: str) -> Select[Any]:
     """Keys whose history may hold more than one delivery (`domain.possible_sends`'s rule)."""
     au = audit_log
     delivered = and_(a.c.outcome == "sent", a.c.duplicate.is_(False))
-    in_flight = and_(wi.c.state == S.CLAIMED.value, wi.c.lease_token == a.c.lease_token)
+    in_flight = and_(wi.c.state == DeliveryState.CLAIMED.value, wi.c.lease_token == a.c.lease_token)
     open_elsewhere = and_(a.c.outcome.is_(None), a.c.finished_at.is_(None), not_(in_flight))
     # later evidence that nothing had been delivered: a lookup that found nothing (at a
     # reconciliation or a replay), or an operator's "not sent"
@@ -123,7 +122,10 @@ def _at_most_one_send_per_key(p: str) -> Select[Any]:
         au.c.at >= a.c.started_at,
         or_(
             and_(au.c.action == "reconcile", au.c.reason.in_(NOT_DELIVERED_REASONS)),
-            and_(au.c.action == "resolve", func.coalesce(au.c.to_state, "") != S.SENT.value),
+            and_(
+                au.c.action == "resolve",
+                func.coalesce(au.c.to_state, "") != DeliveryState.SENT.value,
+            ),
             and_(
                 au.c.action == "replay",
                 au.c.reason.endswith(REPLAY_NOT_FOUND_SUFFIX, autoescape=True),

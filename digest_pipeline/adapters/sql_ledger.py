@@ -70,7 +70,6 @@ from digest_pipeline.domain.regeneration import REGENERABLE, RowReplacement
 from digest_pipeline.domain.states import TERMINAL, DeliveryState, check_transition
 from digest_pipeline.ports import Ledger
 
-S = DeliveryState
 CHUNK = 5_000
 #: an enqueue that creates this many items refreshes the table's planner statistics
 ANALYZE_AFTER = 1_000
@@ -99,7 +98,7 @@ def _update_values(t: Transition) -> dict[str, Any]:
         "next_attempt_at": t.next_attempt_at,
         "updated_at": t.at,
     }
-    if t.target is not S.CLAIMED:
+    if t.target is not DeliveryState.CLAIMED:
         values |= {"lease_owner": None, "lease_expires_at": None}
     if t.failure_class is not None:
         values["last_failure_class"] = t.failure_class.value
@@ -107,7 +106,7 @@ def _update_values(t: Transition) -> dict[str, Any]:
         values["last_detail"] = t.detail[:200]
     if t.provider_message_id is not None:
         values["provider_message_id"] = t.provider_message_id
-    if t.target is S.SENT:
+    if t.target is DeliveryState.SENT:
         values["sent_at"] = t.at
     if t.refund_budget:
         values["budget_used"] = REFUND
@@ -324,7 +323,7 @@ class SqlLedger(Ledger):
                 literal(f"{KEY_PREFIX}:{p}:") + es.c.customer_id,
                 es.c.period,
                 es.c.customer_id,
-                literal(S.PENDING.value),
+                literal(DeliveryState.PENDING.value),
                 literal(0),
                 literal(0),
                 literal(0),
@@ -390,7 +389,7 @@ class SqlLedger(Ledger):
             update(wi)
             .where(wi.c.operation_key == candidates.c.operation_key, due)
             .values(
-                state=S.CLAIMED.value,
+                state=DeliveryState.CLAIMED.value,
                 lease_owner=owner,
                 lease_token=wi.c.lease_token + 1,
                 lease_expires_at=expires,
@@ -428,7 +427,7 @@ class SqlLedger(Ledger):
                             # the plain IN gives SQLite an index to use; it scans for row values
                             wi.c.operation_key.in_([k for k, _ in guard]),
                             tuple_(wi.c.operation_key, wi.c.lease_token).in_(guard),
-                            wi.c.state == S.CLAIMED.value,
+                            wi.c.state == DeliveryState.CLAIMED.value,
                             wi.c.lease_expires_at > now,
                         )
                         .values(
@@ -618,7 +617,9 @@ class SqlLedger(Ledger):
         ]
         if dead:
             conn.execute(insert(dead_letters), dead)
-        reopened = [{"b_key": str(t.key), "b_at": t.at} for t in ts if t.target is S.PENDING]
+        reopened = [
+            {"b_key": str(t.key), "b_at": t.at} for t in ts if t.target is DeliveryState.PENDING
+        ]
         if reopened:
             conn.execute(
                 update(dead_letters)
@@ -666,7 +667,7 @@ class SqlLedger(Ledger):
         }
 
     def recover_expired_leases(self, now: datetime) -> LeaseRecovery:
-        expired = and_(wi.c.state == S.CLAIMED.value, wi.c.lease_expires_at <= now)
+        expired = and_(wi.c.state == DeliveryState.CLAIMED.value, wi.c.lease_expires_at <= now)
         open_attempt = exists().where(
             attempts.c.operation_key == wi.c.operation_key,
             attempts.c.lease_token == wi.c.lease_token,
@@ -689,7 +690,7 @@ class SqlLedger(Ledger):
                 update(wi)
                 .where(mine, open_attempt)
                 .values(
-                    state=S.UNKNOWN.value,
+                    state=DeliveryState.UNKNOWN.value,
                     last_failure_class=FailureClass.UNKNOWN.value,
                     last_detail="lease_expired",
                     next_attempt_at=None,
@@ -702,7 +703,7 @@ class SqlLedger(Ledger):
                 update(wi)
                 .where(mine, ~open_attempt)
                 .values(
-                    state=S.RETRY_SCHEDULED.value,
+                    state=DeliveryState.RETRY_SCHEDULED.value,
                     last_detail="lease_expired",
                     next_attempt_at=now,
                     **cleared,
@@ -830,7 +831,7 @@ class SqlLedger(Ledger):
         movable = [
             k
             for k, token in ((str(k), t) for k, t in items)
-            if k not in cleaned and current.get(k) == (S.SENT.value, token)
+            if k not in cleaned and current.get(k) == (DeliveryState.SENT.value, token)
         ]
         rows: dict[str, int] = {}
         if movable:
@@ -858,8 +859,8 @@ class SqlLedger(Ledger):
             )
             conn.execute(
                 update(wi)
-                .where(wi.c.operation_key.in_(movable), wi.c.state == S.SENT.value)
-                .values(state=S.CLEANED.value, cleaned_at=now, updated_at=now)
+                .where(wi.c.operation_key.in_(movable), wi.c.state == DeliveryState.SENT.value)
+                .values(state=DeliveryState.CLEANED.value, cleaned_at=now, updated_at=now)
             )
             self._remove_rows(conn, movable, mode, now)
         receipts: list[CleanupReceipt | DigestError] = []
@@ -867,7 +868,7 @@ class SqlLedger(Ledger):
             k = str(key)
             if k in cleaned:
                 receipts.append(CleanupReceipt(key, "already_cleaned", 0))
-            elif k in current and current[k] == (S.SENT.value, token):
+            elif k in current and current[k] == (DeliveryState.SENT.value, token):
                 receipts.append(CleanupReceipt(key, "cleaned", rows.get(k, 0)))
             elif k in current:
                 state, held = current[k]

@@ -26,8 +26,6 @@ from digest_pipeline.services.deliver import Deliverer, deliver_due
 from digest_pipeline.services.metrics import period_metrics
 from digest_pipeline.services.reconcile import reconcile_period
 
-S = DeliveryState
-
 
 @dg.op(
     ins={"work_items": dg.In(dg.Nothing)},
@@ -52,7 +50,8 @@ def plan_batches(
     yield dg.Output(
         {
             "batches": batches,
-            "skipped_already_sent": counts.get(S.SENT, 0) + counts.get(S.CLEANED, 0),
+            "skipped_already_sent": counts.get(DeliveryState.SENT, 0)
+            + counts.get(DeliveryState.CLEANED, 0),
             "lease_requeued": len(recovered.requeued),
             "lease_unknown": len(recovered.unknown),
         },

@@ -22,7 +22,6 @@ from digest_pipeline.domain.states import DeliveryState
 from digest_pipeline.services.metrics import PeriodMetrics
 from digest_pipeline.services.reconcile import ReconcileReport
 
-S = DeliveryState
 WORST_ITEMS = 20
 #: operation keys an asset check lists as its sample
 SAMPLE = 10
@@ -32,18 +31,25 @@ PARTITIONS_NOTE = (
     "2026-W42; the metadata's `period` names the week."
 )
 #: items that reached the provider: never listed in `worst_items`
-DELIVERED = frozenset({S.SENT, S.CLEANED})
+DELIVERED = frozenset({DeliveryState.SENT, DeliveryState.CLEANED})
 #: what `worst_items` says for a week with nothing left to look at
 NONE_LEFT = "none: every item was sent (or sent and cleaned)"
 #: most severe first: needs an operator, then dead ends, then still moving
-_BY_SEVERITY = (S.UNKNOWN, S.DEAD_LETTERED, S.FAILED, S.CLAIMED, S.RETRY_SCHEDULED, S.PENDING)
+_BY_SEVERITY = (
+    DeliveryState.UNKNOWN,
+    DeliveryState.DEAD_LETTERED,
+    DeliveryState.FAILED,
+    DeliveryState.CLAIMED,
+    DeliveryState.RETRY_SCHEDULED,
+    DeliveryState.PENDING,
+)
 SEVERITY = {s: rank for rank, s in enumerate(_BY_SEVERITY)}
 #: the key already names the customer (`digest:2026-W42:customer-1842`): no separate column, so
 #: the table fits beside the partition list
 _COLUMNS = ("key", "state", "attempts", "last_failure_class", "last_detail")
 _TYPES = ("string", "string", "int", "string", "string")
 #: state counts that belong to the cleanup gate, shown on `digest_cleanup` only
-_CLEANUP_STATES = frozenset({S.CLEANED})
+_CLEANUP_STATES = frozenset({DeliveryState.CLEANED})
 
 
 def period_metadata(period: Period) -> dict[str, dg.MetadataValue]:
@@ -190,7 +196,7 @@ def delivery_metadata(
         "dead_lettered_rows": sum(metrics.dead_letters.values()),
         "batches": before["batches"],
         "claimed_this_run": this_run["claimed"],
-        "sent_this_run": this_run[S.SENT.value],
+        "sent_this_run": this_run[DeliveryState.SENT.value],
         "lost_races": this_run["lost_races"],
         "skipped_already_sent": before["skipped_already_sent"],
         "lease_requeued": before["lease_requeued"],

@@ -18,9 +18,8 @@ from digest_pipeline.domain.states import CLAIMABLE, DeliveryState
 from digest_pipeline.domain.transitions import sweep_reason
 from digest_pipeline.ports import Clock, Ledger
 
-S = DeliveryState
 SWEEP_ASSETS = (dg.AssetKey("digest_deliveries"), dg.AssetKey("digest_cleanup"))
-_OPEN = (*CLAIMABLE, S.CLAIMED, S.UNKNOWN)
+_OPEN = (*CLAIMABLE, DeliveryState.CLAIMED, DeliveryState.UNKNOWN)
 
 
 def fingerprint(marks: Sequence[tuple[str, int, str]]) -> str:

@@ -15,9 +15,7 @@ from digest_pipeline.domain.periods import Period
 from digest_pipeline.domain.states import CLAIMABLE, DeliveryState
 from digest_pipeline.ports import Clock, Ledger
 
-S = DeliveryState
-
-_WAITING = (*CLAIMABLE, S.CLAIMED)
+_WAITING = (*CLAIMABLE, DeliveryState.CLAIMED)
 
 
 @dg.asset_check(asset="digest_deliveries", partitions_def=weekly_partitions)
@@ -71,7 +69,7 @@ def dead_letter_volume(
     threshold = delivery.settings().dead_letter_rate_threshold
     snapshot = ledger.snapshot(period)
     eligible = snapshot.eligible_count if snapshot is not None else 0
-    lost = ledger.items(period, (S.DEAD_LETTERED, S.FAILED))
+    lost = ledger.items(period, (DeliveryState.DEAD_LETTERED, DeliveryState.FAILED))
     rate = len(lost) / eligible if eligible else 0.0
     share = percent_of(len(lost), eligible, "eligible")
     verdict = f"{'within' if rate <= threshold else 'above'} the {100 * threshold:.1f} % threshold"

@@ -11,11 +11,14 @@ from digest_pipeline.domain.errors import DigestError
 from digest_pipeline.domain.periods import OperationKey
 from digest_pipeline.domain.states import DeliveryState
 
-S = DeliveryState
-
 #: states whose digest was never sent: the only ones whose rows may be regenerated
 REGENERABLE: frozenset[DeliveryState] = frozenset(
-    {S.PENDING, S.RETRY_SCHEDULED, S.FAILED, S.DEAD_LETTERED}
+    {
+        DeliveryState.PENDING,
+        DeliveryState.RETRY_SCHEDULED,
+        DeliveryState.FAILED,
+        DeliveryState.DEAD_LETTERED,
+    }
 )
 
 

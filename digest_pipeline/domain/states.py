@@ -30,37 +30,41 @@ class DeliveryState(StrEnum):
     DEAD_LETTERED = "dead_lettered"
 
 
-S = DeliveryState
-
 #: (from, to) pairs of design §3. `claimed → retry_scheduled` also returns an expired claim that
 #: never started an attempt to the queue; `claimed → dead_lettered` ends an item whose failing
 #: attempt exhausted a bound, rather than scheduling a retry that could never run.
 ALLOWED_TRANSITIONS: frozenset[tuple[DeliveryState, DeliveryState]] = frozenset(
     {
-        (S.PENDING, S.CLAIMED),
-        (S.CLAIMED, S.SENT),
-        (S.CLAIMED, S.RETRY_SCHEDULED),
-        (S.CLAIMED, S.UNKNOWN),
-        (S.CLAIMED, S.FAILED),
-        (S.CLAIMED, S.DEAD_LETTERED),
-        (S.RETRY_SCHEDULED, S.CLAIMED),
-        (S.RETRY_SCHEDULED, S.DEAD_LETTERED),
-        (S.UNKNOWN, S.SENT),
-        (S.UNKNOWN, S.RETRY_SCHEDULED),
-        (S.UNKNOWN, S.DEAD_LETTERED),
-        (S.SENT, S.CLEANED),
+        (DeliveryState.PENDING, DeliveryState.CLAIMED),
+        (DeliveryState.CLAIMED, DeliveryState.SENT),
+        (DeliveryState.CLAIMED, DeliveryState.RETRY_SCHEDULED),
+        (DeliveryState.CLAIMED, DeliveryState.UNKNOWN),
+        (DeliveryState.CLAIMED, DeliveryState.FAILED),
+        (DeliveryState.CLAIMED, DeliveryState.DEAD_LETTERED),
+        (DeliveryState.RETRY_SCHEDULED, DeliveryState.CLAIMED),
+        (DeliveryState.RETRY_SCHEDULED, DeliveryState.DEAD_LETTERED),
+        (DeliveryState.UNKNOWN, DeliveryState.SENT),
+        (DeliveryState.UNKNOWN, DeliveryState.RETRY_SCHEDULED),
+        (DeliveryState.UNKNOWN, DeliveryState.DEAD_LETTERED),
+        (DeliveryState.SENT, DeliveryState.CLEANED),
         # only `replay` makes these two moves
-        (S.DEAD_LETTERED, S.PENDING),
-        (S.FAILED, S.PENDING),
+        (DeliveryState.DEAD_LETTERED, DeliveryState.PENDING),
+        (DeliveryState.FAILED, DeliveryState.PENDING),
     }
 )
 
 #: States a worker may claim from (when due).
-CLAIMABLE: frozenset[DeliveryState] = frozenset({S.PENDING, S.RETRY_SCHEDULED})
+CLAIMABLE: frozenset[DeliveryState] = frozenset(
+    {DeliveryState.PENDING, DeliveryState.RETRY_SCHEDULED}
+)
 #: States that need nothing more from the system (replay can still reopen the last two).
-TERMINAL: frozenset[DeliveryState] = frozenset({S.CLEANED, S.FAILED, S.DEAD_LETTERED})
+TERMINAL: frozenset[DeliveryState] = frozenset(
+    {DeliveryState.CLEANED, DeliveryState.FAILED, DeliveryState.DEAD_LETTERED}
+)
 #: States an operator may replay.
-REPLAYABLE: frozenset[DeliveryState] = frozenset({S.DEAD_LETTERED, S.FAILED})
+REPLAYABLE: frozenset[DeliveryState] = frozenset(
+    {DeliveryState.DEAD_LETTERED, DeliveryState.FAILED}
+)
 
 
 def check_transition(current: DeliveryState, target: DeliveryState) -> None:

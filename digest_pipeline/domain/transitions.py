@@ -23,12 +23,10 @@ from digest_pipeline.domain.retry import (
 )
 from digest_pipeline.domain.states import CLAIMABLE, DeliveryState
 
-S = DeliveryState
-
 
 def move(claim: Claim, target: DeliveryState, now: datetime, **fields: Any) -> Transition:
     """A guarded move of a claimed item: applied only while it is still claimed with its token."""
-    return Transition(claim.key, S.CLAIMED, claim.token, target, now, **fields)
+    return Transition(claim.key, DeliveryState.CLAIMED, claim.token, target, now, **fields)
 
 
 def before_send(
@@ -43,10 +41,12 @@ def before_send(
     if item.dedupe_until is not None and (closed or now + policy.lease >= item.dedupe_until):
         # A resend that only the provider's deduplication made safe, and that guarantee (or the
         # delivery window) has run out: back to `unknown`, never a blind send.
-        return move(claim, S.UNKNOWN, now, detail="dedupe_window_passed")
+        return move(claim, DeliveryState.UNKNOWN, now, detail="dedupe_window_passed")
     if closed:
         reason = DeadLetterReason.WINDOW_CLOSED.value
-        return move(claim, S.DEAD_LETTERED, now, detail=reason, dead_letter_reason=reason)
+        return move(
+            claim, DeliveryState.DEAD_LETTERED, now, detail=reason, dead_letter_reason=reason
+        )
     return None
 
 
@@ -63,7 +63,7 @@ def after_attempt(
     """What the outcome of the attempt started at `started_at` moves the claimed item to."""
     fc = outcome.failure_class
     if fc is None:
-        return move(claim, S.SENT, now, provider_message_id=outcome.provider_message_id)
+        return move(claim, DeliveryState.SENT, now, provider_message_id=outcome.provider_message_id)
     throttled = fc is FailureClass.THROTTLED
     item = claim.item
     decision = decide(
@@ -84,18 +84,22 @@ def after_attempt(
     }
     match decision:
         case RetryAt(at):
-            return move(claim, S.RETRY_SCHEDULED, now, next_attempt_at=at, **failure)
+            return move(claim, DeliveryState.RETRY_SCHEDULED, now, next_attempt_at=at, **failure)
         case DeadLetter(reason) | Fail(reason) if item.dedupe_until is not None:
             # This was a resend of an attempt whose outcome is unknown: the first may have been
             # delivered, so the item is not "failed"; a replay must reconcile it first.
             failure["detail"] = f"{reason.value}:{outcome.detail}"
             unresolved = DeadLetterReason.UNKNOWN_UNRESOLVED.value
-            return move(claim, S.DEAD_LETTERED, now, dead_letter_reason=unresolved, **failure)
+            return move(
+                claim, DeliveryState.DEAD_LETTERED, now, dead_letter_reason=unresolved, **failure
+            )
         case DeadLetter(reason) | Fail(reason):
-            target = S.FAILED if isinstance(decision, Fail) else S.DEAD_LETTERED
+            target = (
+                DeliveryState.FAILED if isinstance(decision, Fail) else DeliveryState.DEAD_LETTERED
+            )
             return move(claim, target, now, dead_letter_reason=reason.value, **failure)
         case Reconcile():
-            return move(claim, S.UNKNOWN, now, **failure)
+            return move(claim, DeliveryState.UNKNOWN, now, **failure)
     raise AssertionError(f"unhandled decision {decision!r}")
 
 
@@ -115,9 +119,9 @@ def sweep_reason(item: WorkItem, now: datetime, unknown_retention: timedelta) ->
     """Why a delivery run could move `item` now (the sensor's fingerprint part), or None."""
     if is_due(item, now):
         return item.state.value
-    if item.state is S.CLAIMED and item.lease_expires_at is not None:
+    if item.state is DeliveryState.CLAIMED and item.lease_expires_at is not None:
         return "claimed_expired" if item.lease_expires_at <= now else None
-    if item.state is S.UNKNOWN:
+    if item.state is DeliveryState.UNKNOWN:
         # past its retention an unknown item is dead-lettered by the next run: a new key for it
         return "unknown_expired" if unknown_expired(item, now, unknown_retention) else "unknown"
     return None

@@ -52,7 +52,6 @@ from digest_pipeline.services.evidence import RECONCILE_ACTOR, confirmed_attempt
 from digest_pipeline.services.logs import log_event
 from digest_pipeline.services.snapshot_gate import snapshot_refusal
 
-S = DeliveryState
 #: the state a claim is reported in when its compare-and-set lost to another worker or a sweep
 LOST_RACE = "lost_race"
 #: the state a claim is reported in when it was given back due without an attempt (a refused
@@ -188,7 +187,9 @@ class Deliverer:
         now = self.clock.now()
         try:
             self.ledger.apply(
-                self._move(claim, S.RETRY_SCHEDULED, now, next_attempt_at=now, detail=why)
+                self._move(
+                    claim, DeliveryState.RETRY_SCHEDULED, now, next_attempt_at=now, detail=why
+                )
             )
         except LostRace as e:
             log_event("lost_race", logging.WARNING, key=claim.key, step="give_back", why=e)
@@ -306,7 +307,7 @@ class Deliverer:
             return None
         return self._move(
             claim,
-            S.SENT,
+            DeliveryState.SENT,
             self.clock.now(),
             provider_message_id=confirmed.provider_message_id,
             detail="reconciled:ledger_attempt",
@@ -324,7 +325,7 @@ class Deliverer:
         )
         if (
             current is not None
-            and current.state is S.CLAIMED
+            and current.state is DeliveryState.CLAIMED
             and current.lease_token == claim.token
             and not in_flight
         ):
@@ -332,7 +333,7 @@ class Deliverer:
                 self.ledger.apply(
                     self._move(
                         claim,
-                        S.RETRY_SCHEDULED,
+                        DeliveryState.RETRY_SCHEDULED,
                         now,
                         next_attempt_at=now,
                         detail="lease_expired_before_attempt",
@@ -342,7 +343,7 @@ class Deliverer:
                 pass
             else:
                 log_event("released", key=claim.key, reason="lease_expired_before_attempt")
-                return S.RETRY_SCHEDULED.value
+                return DeliveryState.RETRY_SCHEDULED.value
         if not isinstance(lost, LostRace):
             raise lost
         log_event("lost_race", logging.WARNING, key=claim.key, step="start", why=lost)
@@ -420,7 +421,9 @@ class Deliverer:
             return LOST_RACE
         # A plain `sent` is the common case: per item only at DEBUG, so a week of 100,000
         # sends does not become 100,000 rows in Dagster's event log; everything else is INFO.
-        routine = transition.target is S.SENT and (outcome is None or not outcome.duplicate)
+        routine = transition.target is DeliveryState.SENT and (
+            outcome is None or not outcome.duplicate
+        )
         log_event(
             "attempt_recorded",
             logging.DEBUG if routine else logging.INFO,

@@ -13,8 +13,6 @@ from digest_pipeline.domain.periods import Period
 from digest_pipeline.domain.states import CLAIMABLE, DeliveryState
 from digest_pipeline.ports import Ledger
 
-S = DeliveryState
-
 
 def percentile(values: list[float], q: float) -> float | None:
     """Nearest-rank percentile (q in [0, 100]); None for no values."""
@@ -52,7 +50,9 @@ class PeriodMetrics:
     @property
     def delivered(self) -> int:
         """Items the provider confirmed: `sent`, and `sent` then `cleaned`."""
-        return self.by_state.get(S.SENT.value, 0) + self.by_state.get(S.CLEANED.value, 0)
+        return self.by_state.get(DeliveryState.SENT.value, 0) + self.by_state.get(
+            DeliveryState.CLEANED.value, 0
+        )
 
     @property
     def delivered_fraction(self) -> float | None:
@@ -100,7 +100,7 @@ def period_metrics(ledger: Ledger, period: Period, now: datetime) -> PeriodMetri
             claim_delays.append((i.first_claimed_at - i.created_at).total_seconds())
         if i.cleaned_at is not None and i.sent_at is not None:
             lags.append((i.cleaned_at - i.sent_at).total_seconds())
-        if (i.state in CLAIMABLE or i.state is S.CLAIMED) and (
+        if (i.state in CLAIMABLE or i.state is DeliveryState.CLAIMED) and (
             oldest_waiting is None or i.created_at < oldest_waiting
         ):
             oldest_waiting = i.created_at

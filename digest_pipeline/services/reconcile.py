@@ -23,7 +23,6 @@ from digest_pipeline.services import late
 from digest_pipeline.services.evidence import RECONCILE_ACTOR, confirmed_attempt, never_accepted
 from digest_pipeline.services.logs import log_event
 
-S = DeliveryState
 ACTOR = RECONCILE_ACTOR
 
 
@@ -52,16 +51,20 @@ def _evidence(
     """The move the evidence supports, as (target, evidence, extra transition fields)."""
     if (confirmed := confirmed_attempt(ledger, item.key)) is not None:
         pid = confirmed.provider_message_id
-        return S.SENT, "ledger_attempt", {"provider_message_id": pid}
+        return DeliveryState.SENT, "ledger_attempt", {"provider_message_id": pid}
     if never_accepted(ledger, item.key):
         fields = {"next_attempt_at": now, "clear_dedupe": True}
-        return S.RETRY_SCHEDULED, "ledger_attempts_not_accepted", fields
+        return DeliveryState.RETRY_SCHEDULED, "ledger_attempts_not_accepted", fields
     found = mailer.lookup(str(item.key))
     if found.status is LookupStatus.FOUND:
-        return S.SENT, "mailer_lookup_found", {"provider_message_id": found.provider_message_id}
+        return (
+            DeliveryState.SENT,
+            "mailer_lookup_found",
+            {"provider_message_id": found.provider_message_id},
+        )
     if found.status is LookupStatus.NOT_FOUND:
         fields = {"next_attempt_at": now, "clear_dedupe": True}
-        return S.RETRY_SCHEDULED, "mailer_lookup_not_found", fields
+        return DeliveryState.RETRY_SCHEDULED, "mailer_lookup_not_found", fields
     window = mailer.capabilities.idempotency_window
     first = item.first_attempt_at
     still_deliverable = item.replayed_at is not None or now < closes_at
@@ -75,10 +78,10 @@ def _evidence(
         and now + policy.lease < first + window
     ):
         fields = {"next_attempt_at": now, "dedupe_until": first + window}
-        return S.RETRY_SCHEDULED, "idempotent_resend", fields
+        return DeliveryState.RETRY_SCHEDULED, "idempotent_resend", fields
     if unknown_expired(item, now, policy.unknown_retention):
         reason = DeadLetterReason.UNKNOWN_UNRESOLVED.value
-        return S.DEAD_LETTERED, reason, {"dead_letter_reason": reason}
+        return DeliveryState.DEAD_LETTERED, reason, {"dead_letter_reason": reason}
     return None
 
 
@@ -87,7 +90,7 @@ def reconcile_period(
 ) -> ReconcileReport:
     """Settles what evidence allows among the period's `unknown` items."""
     report = ReconcileReport()
-    unknown = ledger.items(period, [S.UNKNOWN])
+    unknown = ledger.items(period, [DeliveryState.UNKNOWN])
     closes = late.closes_at(ledger, policy, period) if unknown else period.ends_at
     for item in unknown:
         report.examined += 1
@@ -101,7 +104,7 @@ def reconcile_period(
             ledger.apply(
                 Transition(
                     item.key,
-                    S.UNKNOWN,
+                    DeliveryState.UNKNOWN,
                     item.lease_token,
                     target,
                     now,

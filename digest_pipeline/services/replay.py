@@ -30,7 +30,6 @@ from digest_pipeline.ports import Clock, Ledger, Mailer
 from digest_pipeline.services.evidence import confirmed_attempt
 from digest_pipeline.services.logs import log_event
 
-S = DeliveryState
 #: the hard cap per request; raising it takes an explicit argument (and flag, in the CLI)
 DEFAULT_REPLAY_CAP = 100
 
@@ -194,7 +193,7 @@ def _act(ledger: Ledger, clock: Clock, p: _Planned, operator: str, why: str) -> 
                     key,
                     p.item.state,
                     p.item.lease_token,
-                    S.PENDING,
+                    DeliveryState.PENDING,
                     now,
                     next_attempt_at=now,
                     detail="replayed",

@@ -11,8 +11,6 @@ from digest_pipeline.domain.states import DeliveryState
 from digest_pipeline.ports import Clock, Ledger
 from digest_pipeline.services.logs import log_event
 
-S = DeliveryState
-
 
 def resolve_unknown(
     ledger: Ledger, clock: Clock, key: OperationKey, *, sent: bool, reason: str, operator: str
@@ -26,14 +24,14 @@ def resolve_unknown(
     item = ledger.get(key)
     if item is None:
         raise UnknownWorkItem(f"no work item for {key}")
-    if item.state is not S.UNKNOWN:
+    if item.state is not DeliveryState.UNKNOWN:
         raise ResolveRefused(f"{key} is {item.state.value}; only unknown items can be resolved")
     now = clock.now()
-    target = S.SENT if sent else S.RETRY_SCHEDULED
+    target = DeliveryState.SENT if sent else DeliveryState.RETRY_SCHEDULED
     ledger.apply(
         Transition(
             key,
-            S.UNKNOWN,
+            DeliveryState.UNKNOWN,
             item.lease_token,
             target,
             now,

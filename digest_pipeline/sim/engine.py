@@ -42,7 +42,6 @@ from digest_pipeline.sim.measure import OPEN, CellResult, Observations, measure
 from digest_pipeline.sim.scheduler import Actor, ActorClock, Scheduler
 from digest_pipeline.sim.shop import SimComposer, SimCustomers, digest_rows
 
-S = DeliveryState
 #: a crashed worker process is back this long after it died
 RESTART_DELAY = timedelta(seconds=5)
 #: the simulation gives up here (the delivery window plus the unknown retention, with room),
@@ -186,9 +185,9 @@ class Simulation:
     def _sweep(self) -> None:
         now = self.clock.now()
         counts = self.ledger.state_counts(PERIOD)
-        if counts.get(S.UNKNOWN):
+        if counts.get(DeliveryState.UNKNOWN):
             reconcile_period(self.ledger, self.provider, self.clock, self.policy, PERIOD)
-        if counts.get(S.SENT):
+        if counts.get(DeliveryState.SENT):
             self._clean()
         counts = self.ledger.state_counts(PERIOD)
         if not any(counts.get(s) for s in OPEN) and self._busy == 0:

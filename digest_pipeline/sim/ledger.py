@@ -38,7 +38,6 @@ from digest_pipeline.domain.states import DeliveryState
 from digest_pipeline.ports import Ledger
 from digest_pipeline.sim.faults import SimulatedCrash
 
-S = DeliveryState
 #: the detail `Deliverer` records when it gives back a claim whose lease ran out before it started
 RELEASED = "lease_expired_before_attempt"
 BACKOFF = frozenset({FailureClass.TRANSIENT, FailureClass.THROTTLED})
@@ -73,7 +72,7 @@ class ObservedLedger(Ledger):
     def _observe(self, t: Transition) -> None:
         if t.next_attempt_at is not None:
             self._on_due(t.next_attempt_at)
-        if t.target is S.RETRY_SCHEDULED and t.failure_class in BACKOFF:
+        if t.target is DeliveryState.RETRY_SCHEDULED and t.failure_class in BACKOFF:
             assert t.next_attempt_at is not None
             self.backoff_wakes[t.next_attempt_at.replace(microsecond=0)] += 1
         if t.detail == RELEASED:

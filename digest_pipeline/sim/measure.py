@@ -19,7 +19,6 @@ from digest_pipeline.services.metrics import percentile
 from digest_pipeline.sim.config import PERIOD, Cell
 from digest_pipeline.sim.faults import SimProvider
 
-S = DeliveryState
 Value = bool | int | float | str | None
 DEAD_LETTER_REASONS = (
     "permanent",
@@ -30,7 +29,12 @@ DEAD_LETTER_REASONS = (
 )
 FAILURE_CLASSES = ("transient", "throttled", "permanent", "unknown")
 #: states that still need the system; a drained period has none
-OPEN = (S.PENDING, S.CLAIMED, S.RETRY_SCHEDULED, S.SENT)
+OPEN = (
+    DeliveryState.PENDING,
+    DeliveryState.CLAIMED,
+    DeliveryState.RETRY_SCHEDULED,
+    DeliveryState.SENT,
+)
 
 #: the result columns, in output order (one row per cell)
 COLUMNS: tuple[str, ...] = (
@@ -137,7 +141,7 @@ def _s(value: float | None) -> float | None:
 
 def _needs_history(item: WorkItem) -> bool:
     """Items whose attempt history holds a failure or a retry (a clean first send does not)."""
-    return item.attempts > 1 or (item.attempts == 1 and item.state is not S.CLEANED)
+    return item.attempts > 1 or (item.attempts == 1 and item.state is not DeliveryState.CLEANED)
 
 
 def _retry_delays(histories: Iterable[list[Attempt]]) -> list[float]:
@@ -165,11 +169,11 @@ def measure(obs: Observations, ledger: Ledger, provider: SimProvider) -> CellRes
     failures = {c: outcomes.get(c, 0) for c in FAILURE_CLASSES}
     all_failures = sum(failures.values())
     transient_keys = [k for k, h in histories.items() if any(a.outcome == "transient" for a in h)]
-    done = (S.SENT, S.CLEANED)
+    done = (DeliveryState.SENT, DeliveryState.CLEANED)
     recovered = sum(by_key[k].state in done for k in transient_keys)
     delays = _retry_delays(histories.values())
     sent_times = [i.sent_at for i in items if i.sent_at is not None]
-    audit = [e for e in ledger.audit_log(PERIOD) if e.from_state is S.UNKNOWN]
+    audit = [e for e in ledger.audit_log(PERIOD) if e.from_state is DeliveryState.UNKNOWN]
     evidence = Counter(e.reason.removeprefix("evidence:") for e in audit)
     dead = Counter(d.reason for d in ledger.dead_letters(PERIOD))
     invariants = tuple(ledger.check_invariants(PERIOD, obs.finished_at))
@@ -210,13 +214,13 @@ def measure(obs: Observations, ledger: Ledger, provider: SimProvider) -> CellRes
         "last_sent_s": _s((max(sent_times) - start).total_seconds() if sent_times else None),
         "drain_s": _s((obs.drained_at - start).total_seconds() if obs.drained_at else None),
         "drained": obs.drained,
-        "cleaned": counts.get(S.CLEANED, 0),
-        "failed": counts.get(S.FAILED, 0),
-        "dead_lettered": counts.get(S.DEAD_LETTERED, 0),
-        "unknown_left": counts.get(S.UNKNOWN, 0),
+        "cleaned": counts.get(DeliveryState.CLEANED, 0),
+        "failed": counts.get(DeliveryState.FAILED, 0),
+        "dead_lettered": counts.get(DeliveryState.DEAD_LETTERED, 0),
+        "unknown_left": counts.get(DeliveryState.UNKNOWN, 0),
         "stale_items": sum(counts.get(s, 0) for s in OPEN),
         **{f"dl_{r}": dead.get(r, 0) for r in DEAD_LETTER_REASONS},
-        "unknown_episodes": len(audit) + counts.get(S.UNKNOWN, 0),
+        "unknown_episodes": len(audit) + counts.get(DeliveryState.UNKNOWN, 0),
         "reconciled_ledger_attempt": evidence.get("ledger_attempt", 0),
         "reconciled_idempotent_resend": evidence.get("idempotent_resend", 0),
         "lease_released": obs.released,
@@ -230,7 +234,7 @@ def measure(obs: Observations, ledger: Ledger, provider: SimProvider) -> CellRes
         "duplicate_handoffs": len(obs.handoff_keys),
         "duplicate_handoff_attempts": handoff_attempts,
         "cleanup_attempts": obs.cleanup_calls,
-        "cleanups_completed": counts.get(S.CLEANED, 0),
+        "cleanups_completed": counts.get(DeliveryState.CLEANED, 0),
         "cleanup_acks_lost": obs.cleanup_acks_lost,
         **{f"inv_{r.name}": r.passed for r in invariants},
         "invariants_ok": all(r.passed for r in invariants),

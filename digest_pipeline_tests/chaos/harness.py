@@ -62,13 +62,12 @@ from digest_pipeline_tests.builders import seed_period
 from digest_pipeline_tests.chaos import worker
 from digest_pipeline_tests.provider_server import Action, ProviderServer, store_then_hang
 
-S = DeliveryState
 ROOT = Path(__file__).resolve().parents[2]
 DATABASE_URL_VARIABLE = "DIGEST_TEST_DATABASE_URL"
 API_KEY = "re_test_chaos_harness"
 POLL_SECONDS = 0.05
 #: progress counts an item once the provider's answer is recorded: sent or beyond
-SETTLED = frozenset({S.SENT, *TERMINAL})
+SETTLED = frozenset({DeliveryState.SENT, *TERMINAL})
 
 
 @dataclass(frozen=True)
@@ -527,8 +526,12 @@ def _measure(
     in_period = a.c.operation_key.in_(select(wi.c.operation_key).where(wi.c.period == p))
     was_unknown = (
         select(audit_log.c.operation_key)
-        .where(audit_log.c.period == p, audit_log.c.from_state == S.UNKNOWN.value)
-        .union(select(wi.c.operation_key).where(wi.c.period == p, wi.c.state == S.UNKNOWN.value))
+        .where(audit_log.c.period == p, audit_log.c.from_state == DeliveryState.UNKNOWN.value)
+        .union(
+            select(wi.c.operation_key).where(
+                wi.c.period == p, wi.c.state == DeliveryState.UNKNOWN.value
+            )
+        )
         .subquery()
     )
     with engine.connect() as conn:
@@ -546,7 +549,7 @@ def _measure(
         report.cleanups = conn.execute(
             select(func.count()).select_from(cleanups).where(cleanups.c.period == p)
         ).scalar_one()
-    report.unknowns_left = report.states.get(S.UNKNOWN.value, 0)
+    report.unknowns_left = report.states.get(DeliveryState.UNKNOWN.value, 0)
     reconciled: Counter[str] = Counter()
     races: Counter[str] = Counter({"deliver": 0, "reconcile": 0, "cleanup": 0})
     for record in fleet.records():
@@ -589,7 +592,7 @@ def _check(
         fail(f"{len(lost)} selected customers have no work item: {sample(lost)}")
     if extra := set(items) - selected:
         fail(f"{len(extra)} work items for customers nobody selected: {sample(extra)}")
-    if not_cleaned := {k for k, i in items.items() if i.state is not S.CLEANED}:
+    if not_cleaned := {k for k, i in items.items() if i.state is not DeliveryState.CLEANED}:
         states = Counter(items[k].state.value for k in not_cleaned)
         fail(f"{len(not_cleaned)} items not cleaned ({dict(states)}): {sample(not_cleaned)}")
     # every sent item cleaned exactly once: one cleanup row per key

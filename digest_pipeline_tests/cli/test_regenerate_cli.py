@@ -21,7 +21,6 @@ from digest_pipeline_tests.builders import key_of, seed_period, state_of
 from digest_pipeline_tests.cli.conftest import OS_USER, World
 from digest_pipeline_tests.conftest import W42
 
-S = DeliveryState
 CUSTOMERS = 3
 BAD_ID = "prod-0002"
 BAD_IMAGE = 'https://shop.example/img/prod-0002.jpg" onerror="alert(1)'
@@ -61,7 +60,7 @@ def broken_week(world: World) -> list[OperationKey]:
     keys = seed_period(world.ledger, CUSTOMERS, now=world.clock.now(), rows_per_customer=0)
     world.ledger.add_digest_rows(r for k in keys for r in catalogue.digest_rows_for(k, made))
     world.deliver(OutboxMailer(world.outbox_dir), composer=composer(world))
-    assert {state_of(world.ledger, k) for k in keys} == {S.FAILED}
+    assert {state_of(world.ledger, k) for k in keys} == {DeliveryState.FAILED}
     return keys
 
 
@@ -89,7 +88,7 @@ def test_fix_regenerate_replay_delivers_every_failed_customer(world):
     assert f"regenerated {CUSTOMERS} of {CUSTOMERS} never-sent items" in run.out
     for k in keys:
         assert f"  {k}" in run.out  # the keys to replay, to paste into digest replay
-    assert {state_of(world.ledger, k) for k in keys} == {S.FAILED}
+    assert {state_of(world.ledger, k) for k in keys} == {DeliveryState.FAILED}
     [audit] = [e for e in world.ledger.audit_log(W42) if e.action == "regenerate"]
     assert (audit.actor, audit.key) == (OS_USER, None)  # the OS user, by default
     assert audit.reason.startswith("image link fixed (never-sent items: failed 3")
@@ -102,7 +101,7 @@ def test_fix_regenerate_replay_delivers_every_failed_customer(world):
     assert replay.code == 0, replay.err
     world.deliver(OutboxMailer(world.outbox_dir), composer=composer(world))
 
-    assert {state_of(world.ledger, k) for k in keys} == {S.SENT}
+    assert {state_of(world.ledger, k) for k in keys} == {DeliveryState.SENT}
     assert len(world.outbox_files()) == CUSTOMERS
     again = world.cli("regenerate", "--period", "2026-W42", "--reason", "again", "--json").json()
     assert (again["considered"], again["regenerated"]) == ({}, 0)

@@ -13,7 +13,7 @@ from digest_pipeline.adapters.sql_schema import cleanups
 from digest_pipeline.domain.failures import SendOutcome
 from digest_pipeline.domain.model import SnapshotEntry, Transition
 from digest_pipeline.domain.periods import OperationKey
-from digest_pipeline.domain.states import DeliveryState as S
+from digest_pipeline.domain.states import DeliveryState
 from digest_pipeline.ports import Ledger
 from digest_pipeline_tests.conftest import T0, W42
 from digest_pipeline_tests.fakes import FakeLedger
@@ -51,7 +51,9 @@ def send_at(ledger: Ledger, key: OperationKey, at: datetime) -> None:
     [claim] = ledger.claim_due(at, "w1", LEASE, 1)
     ticket = ledger.start_attempt(claim, at)
     ledger.complete(
-        ticket, SendOutcome.sent("pm-1"), Transition(key, S.CLAIMED, claim.token, S.SENT, at)
+        ticket,
+        SendOutcome.sent("pm-1"),
+        Transition(key, DeliveryState.CLAIMED, claim.token, DeliveryState.SENT, at),
     )
 
 

@@ -19,7 +19,7 @@ from digest_pipeline.domain.model import (
     DigestRow,
     Transition,
 )
-from digest_pipeline.domain.states import DeliveryState as S
+from digest_pipeline.domain.states import DeliveryState
 from digest_pipeline_tests.conftest import T0, W42
 from digest_pipeline_tests.contract.test_ledger_contract import LEASE, W43, frozen, key
 
@@ -55,16 +55,18 @@ def test_complete_many_after_the_sweep_took_every_lease_closes_every_attempt(led
         SendOutcome.failed(FailureClass.TRANSIENT, "451"),
         SendOutcome.failed(FailureClass.PERMANENT, "550"),
     ]
-    targets = [S.SENT, S.RETRY_SCHEDULED, S.FAILED]
+    targets = [DeliveryState.SENT, DeliveryState.RETRY_SCHEDULED, DeliveryState.FAILED]
     results = []
     for k, t, o, target in zip((a, b, c), tickets, outcomes, targets, strict=True):
         assert isinstance(t, AttemptTicket)
-        results.append((t, o, Transition(k, S.CLAIMED, claims[k].token, target, T0 + LEASE)))
+        results.append(
+            (t, o, Transition(k, DeliveryState.CLAIMED, claims[k].token, target, T0 + LEASE))
+        )
 
     errors = ledger.complete_many(results)
 
     assert all(isinstance(e, LostRace) for e in errors)
-    assert {i.state for i in ledger.items(W42)} == {S.UNKNOWN}
+    assert {i.state for i in ledger.items(W42)} == {DeliveryState.UNKNOWN}
     # every attempt is closed with its outcome anyway: evidence for reconciliation
     assert [ledger.attempts(k)[-1].outcome for k in (a, b, c)] == [
         "sent",
@@ -89,18 +91,27 @@ def test_complete_many_mixes_applied_and_lost_transitions_in_order(ledger):
                 ta,
                 SendOutcome.sent("pm-a"),
                 Transition(
-                    a, S.CLAIMED, claims[a].token, S.SENT, later, provider_message_id="pm-a"
+                    a,
+                    DeliveryState.CLAIMED,
+                    claims[a].token,
+                    DeliveryState.SENT,
+                    later,
+                    provider_message_id="pm-a",
                 ),
             ),
-            (tb, SendOutcome.sent("pm-b"), Transition(b, S.CLAIMED, stale, S.SENT, later)),
+            (
+                tb,
+                SendOutcome.sent("pm-b"),
+                Transition(b, DeliveryState.CLAIMED, stale, DeliveryState.SENT, later),
+            ),
             (
                 tc,
                 SendOutcome.failed(FailureClass.THROTTLED, "429"),
                 Transition(
                     c,
-                    S.CLAIMED,
+                    DeliveryState.CLAIMED,
                     claims[c].token,
-                    S.DEAD_LETTERED,
+                    DeliveryState.DEAD_LETTERED,
                     later,
                     failure_class=FailureClass.THROTTLED,
                     refund_budget=True,
@@ -114,13 +125,13 @@ def test_complete_many_mixes_applied_and_lost_transitions_in_order(ledger):
     assert [type(e) for e in errors] == [type(None), LostRace, type(None)]
     items = {i.key: i for i in ledger.items(W42)}
     assert (items[a].state, items[a].provider_message_id, items[a].sent_at) == (
-        S.SENT,
+        DeliveryState.SENT,
         "pm-a",
         later,
     )
-    assert items[b].state is S.CLAIMED  # untouched
+    assert items[b].state is DeliveryState.CLAIMED  # untouched
     assert ledger.attempts(b)[-1].outcome == "sent"  # but its attempt is closed: evidence
-    assert (items[c].state, items[c].budget_used) == (S.DEAD_LETTERED, 0)  # refunded
+    assert (items[c].state, items[c].budget_used) == (DeliveryState.DEAD_LETTERED, 0)  # refunded
     [dead] = ledger.dead_letters(W42)
     assert (dead.key, dead.reason, dead.attempts, dead.last_failure_class) == (
         c,
@@ -139,7 +150,11 @@ def sent_items(ledger, n: int):
     tickets = ledger.start_attempts([claims[k] for k in keys], T0)
     ledger.complete_many(
         [
-            (t, SendOutcome.sent(f"pm-{i}"), Transition(k, S.CLAIMED, claims[k].token, S.SENT, T0))
+            (
+                t,
+                SendOutcome.sent(f"pm-{i}"),
+                Transition(k, DeliveryState.CLAIMED, claims[k].token, DeliveryState.SENT, T0),
+            )
             for i, (k, t) in enumerate(zip(keys, tickets, strict=True))
         ]
     )
@@ -170,10 +185,10 @@ def test_clean_many_cleans_sent_items_once_and_refuses_the_rest_without_change(l
     assert out[1] == CleanupReceipt(b, "cleaned", 2)  # b had two rows
     assert [type(x) for x in out[2:]] == [LostRace, LostRace, UnknownWorkItem]
     states = {i.key: i.state for i in ledger.items(W42)}
-    assert states == {a: S.CLEANED, b: S.CLEANED, c: S.SENT}
+    assert states == {a: DeliveryState.CLEANED, b: DeliveryState.CLEANED, c: DeliveryState.SENT}
     assert ledger.digest_rows(b) == []
     assert len(ledger.digest_rows(c)) == 3  # refused: its rows stay
-    assert {i.key: i.state for i in ledger.items(W43)} == {d: S.PENDING}
+    assert {i.key: i.state for i in ledger.items(W43)} == {d: DeliveryState.PENDING}
     assert ledger.keys_with_rows(W42) == {c}
     assert all(r.passed for r in ledger.check_invariants(W42, T0 + timedelta(minutes=1)))
 
@@ -198,7 +213,7 @@ def test_iter_items_yields_every_item_once_whatever_the_page(ledger, page):
     claims = ledger.claim_due(T0, "w1", LEASE, 3)
 
     streamed = list(ledger.iter_items(W42, page=page))
-    claimed = list(ledger.iter_items(W42, [S.CLAIMED], page=page))
+    claimed = list(ledger.iter_items(W42, [DeliveryState.CLAIMED], page=page))
 
     assert sorted(str(i.key) for i in streamed) == sorted(str(k) for k in keys)
     assert sorted(str(i.key) for i in claimed) == sorted(str(c.key) for c in claims)

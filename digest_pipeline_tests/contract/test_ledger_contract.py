@@ -25,7 +25,7 @@ from digest_pipeline.domain.model import (
     Transition,
 )
 from digest_pipeline.domain.periods import OperationKey, Period
-from digest_pipeline.domain.states import DeliveryState as S
+from digest_pipeline.domain.states import DeliveryState
 from digest_pipeline.ports import Ledger
 from digest_pipeline_tests.conftest import T0, W42
 
@@ -50,10 +50,14 @@ def claim_one(ledger: Ledger, k: OperationKey, now=T0, owner="w1") -> Claim:
     return claims[0]
 
 
-def send(ledger, claim: Claim, outcome: SendOutcome, target: S, now=T0, **fields) -> None:
+def send(
+    ledger, claim: Claim, outcome: SendOutcome, target: DeliveryState, now=T0, **fields
+) -> None:
     ticket = ledger.start_attempt(claim, now)
     ledger.complete(
-        ticket, outcome, Transition(claim.key, S.CLAIMED, claim.token, target, now, **fields)
+        ticket,
+        outcome,
+        Transition(claim.key, DeliveryState.CLAIMED, claim.token, target, now, **fields),
     )
 
 
@@ -63,7 +67,7 @@ def time_out(ledger: Ledger, claim: Claim) -> None:
         ledger,
         claim,
         SendOutcome.failed(FailureClass.UNKNOWN, "timeout"),
-        S.UNKNOWN,
+        DeliveryState.UNKNOWN,
         failure_class=FailureClass.UNKNOWN,
     )
 
@@ -121,7 +125,7 @@ class TestEnqueue:
         assert (again.created, again.existing) == (0, 3)
         items = ledger.items(W42)
         assert [i.key for i in items] == sorted(keys, key=str)
-        assert {i.state for i in items} == {S.PENDING}
+        assert {i.state for i in items} == {DeliveryState.PENDING}
         assert all(i.next_attempt_at == T0 and i.created_at == T0 for i in items)
         assert ledger.snapshot(W42).enqueued_at == T0
 
@@ -136,7 +140,7 @@ class TestClaims:
         assert not {c.key for c in first} & {c.key for c in second}
         assert all(c.token == 1 and c.expires_at == T0 + LEASE for c in first + second)
         assert ledger.claim_due(T0, "w3", LEASE, 10) == []
-        assert ledger.state_counts(W42) == {S.CLAIMED: 5}
+        assert ledger.state_counts(W42) == {DeliveryState.CLAIMED: 5}
 
     def test_claims_can_be_limited_to_one_period(self, ledger):
         frozen(ledger, 2, W42)
@@ -153,7 +157,7 @@ class TestClaims:
             ledger,
             c,
             SendOutcome.failed(FailureClass.TRANSIENT, "smtp:451"),
-            S.RETRY_SCHEDULED,
+            DeliveryState.RETRY_SCHEDULED,
             next_attempt_at=later,
             failure_class=FailureClass.TRANSIENT,
         )
@@ -194,16 +198,20 @@ class TestAttempts:
         frozen(ledger, 1)
         ghost = key("nobody")
         with pytest.raises(UnknownWorkItem):
-            ledger.apply(Transition(ghost, S.UNKNOWN, 0, S.SENT, T0))
+            ledger.apply(Transition(ghost, DeliveryState.UNKNOWN, 0, DeliveryState.SENT, T0))
         assert ledger.get(ghost) is None
 
     def test_completing_a_send_records_outcome_and_state_together(self, ledger):
         k = frozen(ledger, 1)[0]
         c = claim_one(ledger, k)
-        send(ledger, c, SendOutcome.sent("pm-1"), S.SENT, provider_message_id="pm-1")
+        send(ledger, c, SendOutcome.sent("pm-1"), DeliveryState.SENT, provider_message_id="pm-1")
         item = ledger.get(k)
         [a] = ledger.attempts(k)
-        assert (item.state, item.sent_at, item.provider_message_id) == (S.SENT, T0, "pm-1")
+        assert (item.state, item.sent_at, item.provider_message_id) == (
+            DeliveryState.SENT,
+            T0,
+            "pm-1",
+        )
         assert (item.lease_owner, item.lease_expires_at) == (None, None)
         assert (a.outcome, a.provider_message_id, a.finished_at) == ("sent", "pm-1", T0)
         assert ledger.attempt_outcome_counts(W42) == {"sent": 1}
@@ -213,7 +221,7 @@ class TestAttempts:
         c = claim_one(ledger, k)
         ticket = ledger.start_attempt(c, T0)
         before = snapshot_of(ledger)
-        bad = Transition(k, S.CLAIMED, c.token, S.CLEANED, T0)
+        bad = Transition(k, DeliveryState.CLAIMED, c.token, DeliveryState.CLEANED, T0)
         with pytest.raises(InvalidTransition):
             ledger.complete(ticket, SendOutcome.sent("pm"), bad)
         assert snapshot_of(ledger) == before
@@ -229,9 +237,16 @@ class TestAttempts:
             ledger.complete(
                 ticket,
                 SendOutcome.sent("pm-late"),
-                Transition(k, S.CLAIMED, c.token, S.SENT, late, provider_message_id="pm-late"),
+                Transition(
+                    k,
+                    DeliveryState.CLAIMED,
+                    c.token,
+                    DeliveryState.SENT,
+                    late,
+                    provider_message_id="pm-late",
+                ),
             )
-        assert ledger.get(k).state is S.UNKNOWN
+        assert ledger.get(k).state is DeliveryState.UNKNOWN
         [a] = ledger.attempts(k)
         assert (a.outcome, a.provider_message_id) == ("sent", "pm-late")
 
@@ -244,7 +259,7 @@ class TestTransitions:
             ledger,
             c,
             SendOutcome.failed(FailureClass.TRANSIENT, "smtp:451"),
-            S.DEAD_LETTERED,
+            DeliveryState.DEAD_LETTERED,
             failure_class=FailureClass.TRANSIENT,
             dead_letter_reason="max_attempts",
         )
@@ -261,7 +276,7 @@ class TestTransitions:
             ledger,
             c,
             SendOutcome.failed(FailureClass.PERMANENT, "smtp:550"),
-            S.FAILED,
+            DeliveryState.FAILED,
             failure_class=FailureClass.PERMANENT,
             dead_letter_reason="permanent",
         )
@@ -269,9 +284,9 @@ class TestTransitions:
         ledger.apply(
             Transition(
                 k,
-                S.FAILED,
+                DeliveryState.FAILED,
                 c.token,
-                S.PENDING,
+                DeliveryState.PENDING,
                 later,
                 next_attempt_at=later,
                 reopen=True,
@@ -279,15 +294,19 @@ class TestTransitions:
             )
         )
         item = ledger.get(k)
-        assert (item.state, item.budget_used, item.window_started_at) == (S.PENDING, 0, None)
+        assert (item.state, item.budget_used, item.window_started_at) == (
+            DeliveryState.PENDING,
+            0,
+            None,
+        )
         assert (item.attempts, item.replayed_at) == (1, later)
         assert ledger.dead_letters(W42)[0].replayed_at == later
         [entry] = ledger.audit_log(W42)
         assert (entry.actor, entry.action, entry.from_state, entry.to_state) == (
             "alice",
             "replay",
-            S.FAILED,
-            S.PENDING,
+            DeliveryState.FAILED,
+            DeliveryState.PENDING,
         )
 
     def test_a_throttled_outcome_refunds_the_budget_unit(self, ledger):
@@ -297,7 +316,7 @@ class TestTransitions:
             ledger,
             c,
             SendOutcome.failed(FailureClass.THROTTLED, "http:429"),
-            S.RETRY_SCHEDULED,
+            DeliveryState.RETRY_SCHEDULED,
             next_attempt_at=T0 + timedelta(seconds=30),
             failure_class=FailureClass.THROTTLED,
             refund_budget=True,
@@ -312,19 +331,25 @@ class TestTransitions:
         until = T0 + timedelta(hours=24)
         ledger.apply(
             Transition(
-                k, S.UNKNOWN, c.token, S.RETRY_SCHEDULED, T0, next_attempt_at=T0, dedupe_until=until
+                k,
+                DeliveryState.UNKNOWN,
+                c.token,
+                DeliveryState.RETRY_SCHEDULED,
+                T0,
+                next_attempt_at=T0,
+                dedupe_until=until,
             )
         )
         again = claim_one(ledger, k)
         assert again.item.dedupe_until == until
-        ledger.apply(Transition(k, S.CLAIMED, again.token, S.UNKNOWN, T0))
+        ledger.apply(Transition(k, DeliveryState.CLAIMED, again.token, DeliveryState.UNKNOWN, T0))
         assert ledger.get(k).dedupe_until == until
         ledger.apply(
             Transition(
                 k,
-                S.UNKNOWN,
+                DeliveryState.UNKNOWN,
                 again.token,
-                S.RETRY_SCHEDULED,
+                DeliveryState.RETRY_SCHEDULED,
                 T0,
                 next_attempt_at=T0,
                 clear_dedupe=True,
@@ -348,9 +373,9 @@ class TestLeaseRecovery:
         recovery = ledger.recover_expired_leases(T0 + LEASE)
         assert recovery.unknown == (a,)
         assert set(recovery.requeued) == {b, c}
-        assert ledger.get(a).state is S.UNKNOWN
+        assert ledger.get(a).state is DeliveryState.UNKNOWN
         assert ledger.get(a).last_failure_class is FailureClass.UNKNOWN
-        assert ledger.get(b).state is S.RETRY_SCHEDULED
+        assert ledger.get(b).state is DeliveryState.RETRY_SCHEDULED
         assert ledger.get(b).next_attempt_at == T0 + LEASE
 
 
@@ -362,14 +387,14 @@ class TestCleanup:
             [DigestRow(a, i, {"title": f"pick {i}"}) for i in range(3)] + [DigestRow(b, 0, {})]
         )
         claims = {cl.key: cl for cl in ledger.claim_due(T0, "w1", LEASE, 10)}
-        send(ledger, claims[a], SendOutcome.sent("pm"), S.SENT)
+        send(ledger, claims[a], SendOutcome.sent("pm"), DeliveryState.SENT)
         first = ledger.clean(a, claims[a].token, mode, T0)
         again = ledger.clean(a, claims[a].token, mode, T0)
         assert (first.status, first.rows) == ("cleaned", 3)
         assert (again.status, again.rows) == ("already_cleaned", 0)
         assert ledger.digest_rows(a) == []
         assert len(ledger.digest_rows(b)) == 1
-        assert ledger.get(a).state is S.CLEANED
+        assert ledger.get(a).state is DeliveryState.CLEANED
 
     def test_cleanup_of_an_unsent_item_is_refused_and_keeps_its_rows(self, ledger):
         a = frozen(ledger, 1)[0]
@@ -379,9 +404,9 @@ class TestCleanup:
         with pytest.raises(LostRace):
             ledger.clean(a, c.token, CleanupMode.DELETE, T0)
         assert len(ledger.digest_rows(a)) == 1
-        assert ledger.get(a).state is S.UNKNOWN
+        assert ledger.get(a).state is DeliveryState.UNKNOWN
         # the refused cleanup left no claim behind: once sent, it cleans normally
-        ledger.apply(Transition(a, S.UNKNOWN, c.token, S.SENT, T0))
+        ledger.apply(Transition(a, DeliveryState.UNKNOWN, c.token, DeliveryState.SENT, T0))
         assert ledger.clean(a, c.token, CleanupMode.DELETE, T0).status == "cleaned"
 
 
@@ -400,7 +425,7 @@ class TestReads:
         ledger.add_digest_rows([DigestRow(a, 0, {"title": "x"}), DigestRow(b, 0, {})])
         assert ledger.keys_with_rows(W42) == {a, b}
         c = claim_one(ledger, a)
-        send(ledger, c, SendOutcome.sent("pm"), S.SENT)
+        send(ledger, c, SendOutcome.sent("pm"), DeliveryState.SENT)
         ledger.clean(a, c.token, CleanupMode.ARCHIVE, T0)
         assert ledger.keys_with_rows(W42) == {b}
         assert ledger.keys_with_rows(W43) == set()
@@ -409,7 +434,7 @@ class TestReads:
         a = frozen(ledger, 1, W42)[0]
         frozen(ledger, 1, W43)
         c = claim_one(ledger, a)
-        send(ledger, c, SendOutcome.sent("pm"), S.SENT)
+        send(ledger, c, SendOutcome.sent("pm"), DeliveryState.SENT)
         assert ledger.open_periods() == [W42, W43]
         ledger.clean(a, c.token, CleanupMode.DELETE, T0)
         assert ledger.open_periods() == [W43]
@@ -418,22 +443,22 @@ class TestReads:
         a, b = frozen(ledger, 2)
         [c] = ledger.claim_due(T0, "w1", LEASE, 1)  # oldest due first, then by key
         assert c.key == a
-        assert [i.key for i in ledger.items(W42, [S.PENDING])] == [b]
-        assert ledger.state_counts(W42) == {S.CLAIMED: 1, S.PENDING: 1}
+        assert [i.key for i in ledger.items(W42, [DeliveryState.PENDING])] == [b]
+        assert ledger.state_counts(W42) == {DeliveryState.CLAIMED: 1, DeliveryState.PENDING: 1}
 
 
 class TestInvariants:
     def test_a_healthy_period_passes_every_invariant(self, ledger):
         a, b, c = frozen(ledger, 3)
         claims = {cl.key: cl for cl in ledger.claim_due(T0, "w1", LEASE, 10)}
-        send(ledger, claims[a], SendOutcome.sent("pm"), S.SENT)
+        send(ledger, claims[a], SendOutcome.sent("pm"), DeliveryState.SENT)
         ledger.clean(a, claims[a].token, CleanupMode.ARCHIVE, T0)
         time_out(ledger, claims[b])
         send(
             ledger,
             claims[c],
             SendOutcome.failed(FailureClass.TRANSIENT, "451"),
-            S.RETRY_SCHEDULED,
+            DeliveryState.RETRY_SCHEDULED,
             next_attempt_at=T0 + timedelta(minutes=1),
         )
         results = ledger.check_invariants(W42, T0)
@@ -451,7 +476,16 @@ class TestInvariants:
         c = claim_one(ledger, a)
         time_out(ledger, c)
         # a move out of `unknown` with no reconcile/resolve audit row is a silent timeout
-        ledger.apply(Transition(a, S.UNKNOWN, c.token, S.RETRY_SCHEDULED, T0, next_attempt_at=T0))
+        ledger.apply(
+            Transition(
+                a,
+                DeliveryState.UNKNOWN,
+                c.token,
+                DeliveryState.RETRY_SCHEDULED,
+                T0,
+                next_attempt_at=T0,
+            )
+        )
         result = {r.name: r for r in ledger.check_invariants(W42, T0)}["no_silent_timeout"]
         assert (result.passed, result.sample) == (False, (str(a),))
 
@@ -462,9 +496,9 @@ class TestInvariants:
         ledger.apply(
             Transition(
                 a,
-                S.UNKNOWN,
+                DeliveryState.UNKNOWN,
                 c.token,
-                S.SENT,
+                DeliveryState.SENT,
                 T0,
                 audit=AuditNote("system:reconcile", "reconcile", "evidence:mailer_lookup_found"),
             )
@@ -479,22 +513,24 @@ class TestInvariants:
         late = T0 + LEASE + timedelta(seconds=1)
         with pytest.raises(LostRace):  # ...and then arrived; the attempt records it
             ledger.complete(
-                ticket, SendOutcome.sent("pm-1"), Transition(a, S.CLAIMED, c.token, S.SENT, late)
+                ticket,
+                SendOutcome.sent("pm-1"),
+                Transition(a, DeliveryState.CLAIMED, c.token, DeliveryState.SENT, late),
             )
         # the operator wrongly resolves "not sent" without reading the attempt history
         ledger.apply(
             Transition(
                 a,
-                S.UNKNOWN,
+                DeliveryState.UNKNOWN,
                 c.token,
-                S.RETRY_SCHEDULED,
+                DeliveryState.RETRY_SCHEDULED,
                 late,
                 next_attempt_at=late,
                 audit=AuditNote("alice", "resolve", "looked lost"),
             )
         )
         again = claim_one(ledger, a, now=late, owner="w2")
-        send(ledger, again, SendOutcome.sent("pm-2"), S.SENT, now=late)
+        send(ledger, again, SendOutcome.sent("pm-2"), DeliveryState.SENT, now=late)
         results = {r.name: r for r in ledger.check_invariants(W42, late)}
         assert (
             results["at_most_one_send_per_key"].passed,

@@ -32,7 +32,6 @@ from digest_pipeline_tests.builders import (
 from digest_pipeline_tests.conftest import T0, W42
 from digest_pipeline_tests.fakes import FakeMailer, FixedClock
 
-S = DeliveryState
 POLICY = DeliveryPolicy()
 KEY = key_of(1)
 #: the provider refuses the resend: same key, other payload (Resend's 409)
@@ -80,7 +79,7 @@ def unknown_unresolved_after_a_409(ledger: Ledger, clock: FixedClock) -> FakeMai
     clock.advance(timedelta(minutes=1))
     reconcile(ledger, mailer, clock)  # idempotent resend: inside the provider's window
     deliver(ledger, mailer, clock)
-    assert state_of(ledger, KEY) is S.DEAD_LETTERED
+    assert state_of(ledger, KEY) is DeliveryState.DEAD_LETTERED
     assert [d.reason for d in ledger.dead_letters(W42)] == ["unknown_unresolved"]
     assert mailer.deliveries_for(KEY) == 1
     return mailer
@@ -106,7 +105,7 @@ def test_replay_after_the_dedupe_window_needs_acceptance_and_then_counts_a_dupli
     deliver(ledger, mailer, clock)
 
     assert [line.plan for line in report.lines] == [ReplayPlan.POSSIBLE_DUPLICATE]
-    assert state_of(ledger, KEY) is S.SENT
+    assert state_of(ledger, KEY) is DeliveryState.SENT
     assert mailer.deliveries_for(KEY) == 2  # the customer got a second copy
     assert duplicate_counters(ledger, clock) == (1, (str(KEY),), 1)
     assert [r.name for r in failed_invariants(ledger, W42, clock.now())] == [
@@ -146,8 +145,8 @@ def test_an_accepted_replay_is_audited_as_a_possible_duplicate(ledger, clock):
         "ana",
         "replay_possible_duplicate",
         KEY,
-        S.DEAD_LETTERED,
-        S.PENDING,
+        DeliveryState.DEAD_LETTERED,
+        DeliveryState.PENDING,
     )
     assert last.reason.startswith("customer asked OPS-9 (operator accepted a possible duplicate: ")
     assert "attempt 1 unknown (timeout_after_send)" in last.reason
@@ -163,7 +162,7 @@ def test_an_abandoned_attempt_counts_as_a_possible_send(ledger, clock):
     ledger.recover_expired_leases(clock.now())
     clock.advance(POLICY.unknown_retention)
     reconcile(ledger, mailer, clock)
-    assert state_of(ledger, KEY) is S.DEAD_LETTERED
+    assert state_of(ledger, KEY) is DeliveryState.DEAD_LETTERED
 
     with pytest.raises(PossibleDuplicateRefused):
         replay(ledger, mailer, clock)
@@ -184,7 +183,7 @@ def test_an_unknown_the_lookup_did_not_find_then_a_resend_is_one_send(ledger, cl
     reconcile(ledger, mailer, clock)  # lookup: not found
     deliver(ledger, mailer, clock)
 
-    assert state_of(ledger, KEY) is S.SENT
+    assert state_of(ledger, KEY) is DeliveryState.SENT
     assert duplicate_counters(ledger, clock) == (0, (), 0)
 
 
@@ -229,7 +228,7 @@ def test_an_unknown_an_operator_resolved_not_sent_then_a_resend_is_one_send(ledg
     )
     deliver(ledger, mailer, clock)
 
-    assert state_of(ledger, KEY) is S.SENT
+    assert state_of(ledger, KEY) is DeliveryState.SENT
     assert duplicate_counters(ledger, clock) == (0, (), 0)
 
 
@@ -242,7 +241,7 @@ def test_a_replay_the_lookup_cleared_needs_no_acceptance_and_is_one_send(ledger,
     deliver(ledger, relay, clock)
     clock.advance(POLICY.unknown_retention)
     reconcile(ledger, relay, clock)
-    assert state_of(ledger, KEY) is S.DEAD_LETTERED
+    assert state_of(ledger, KEY) is DeliveryState.DEAD_LETTERED
     provider = FakeMailer(can_lookup=True, clock=clock)
 
     report = replay(ledger, provider, clock)
@@ -251,7 +250,7 @@ def test_a_replay_the_lookup_cleared_needs_no_acceptance_and_is_one_send(ledger,
     assert [(line.plan, line.evidence) for line in report.lines] == [
         (ReplayPlan.REPLAY, "mailer_lookup_not_found")
     ]
-    assert state_of(ledger, KEY) is S.SENT
+    assert state_of(ledger, KEY) is DeliveryState.SENT
     assert duplicate_counters(ledger, clock) == (0, (), 0)
 
 
@@ -278,9 +277,9 @@ def test_a_second_send_after_any_replay_of_a_possible_duplicate_is_counted(ledge
     ledger.apply(
         Transition(
             KEY,
-            S.DEAD_LETTERED,
+            DeliveryState.DEAD_LETTERED,
             item.lease_token,
-            S.PENDING,
+            DeliveryState.PENDING,
             clock.now(),
             next_attempt_at=clock.now(),
             reopen=True,

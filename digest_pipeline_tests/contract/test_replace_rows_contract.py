@@ -9,7 +9,7 @@ import pytest
 from digest_pipeline.domain.failures import FailureClass, SendOutcome
 from digest_pipeline.domain.model import Claim, CleanupMode, DigestRow
 from digest_pipeline.domain.periods import OperationKey
-from digest_pipeline.domain.states import DeliveryState as S
+from digest_pipeline.domain.states import DeliveryState
 from digest_pipeline.ports import Ledger
 from digest_pipeline_tests.builders import ROWS_PER_CUSTOMER, digest_rows_for, key_of, seed_period
 from digest_pipeline_tests.conftest import T0
@@ -49,7 +49,7 @@ def fail(ledger: Ledger, claim: Claim) -> None:
         ledger,
         claim,
         SendOutcome.failed(FailureClass.PERMANENT, "render_error"),
-        S.FAILED,
+        DeliveryState.FAILED,
         failure_class=FailureClass.PERMANENT,
         dead_letter_reason="permanent",
     )
@@ -65,12 +65,17 @@ def test_every_never_sent_state_is_replaced(ledger):
         ledger,
         claims[dead],
         transient,
-        S.DEAD_LETTERED,
+        DeliveryState.DEAD_LETTERED,
         dead_letter_reason="max_attempts",
         **fields,
     )
     send(
-        ledger, claims[retrying], transient, S.RETRY_SCHEDULED, next_attempt_at=T0 + LEASE, **fields
+        ledger,
+        claims[retrying],
+        transient,
+        DeliveryState.RETRY_SCHEDULED,
+        next_attempt_at=T0 + LEASE,
+        **fields,
     )
     keys = [failed, dead, retrying]
     states = {k: ledger.get(k).state for k in keys}
@@ -79,15 +84,19 @@ def test_every_never_sent_state_is_replaced(ledger):
 
     assert result.replaced == set(keys)
     assert all(titles(ledger, k) == ["Teapot"] for k in keys)
-    assert states == {failed: S.FAILED, dead: S.DEAD_LETTERED, retrying: S.RETRY_SCHEDULED}
+    assert states == {
+        failed: DeliveryState.FAILED,
+        dead: DeliveryState.DEAD_LETTERED,
+        retrying: DeliveryState.RETRY_SCHEDULED,
+    }
     assert {k: ledger.get(k).state for k in keys} == states
 
 
 def test_claimed_sent_cleaned_and_unknown_items_keep_their_rows(ledger):
     claimed, sent, cleaned, unknown = seed_period(ledger, 4)
     claims = all_claimed(ledger)
-    send(ledger, claims[sent], SendOutcome.sent("p-1"), S.SENT)
-    send(ledger, claims[cleaned], SendOutcome.sent("p-2"), S.SENT)
+    send(ledger, claims[sent], SendOutcome.sent("p-1"), DeliveryState.SENT)
+    send(ledger, claims[cleaned], SendOutcome.sent("p-2"), DeliveryState.SENT)
     ledger.clean(cleaned, claims[cleaned].token, CleanupMode.DELETE, T0)
     time_out(ledger, claims[unknown])
     keys = [claimed, sent, cleaned, unknown]
@@ -98,10 +107,10 @@ def test_claimed_sent_cleaned_and_unknown_items_keep_their_rows(ledger):
 
     assert result.replaced == frozenset()
     assert result.refused == {
-        claimed: S.CLAIMED,
-        sent: S.SENT,
-        cleaned: S.CLEANED,
-        unknown: S.UNKNOWN,
+        claimed: DeliveryState.CLAIMED,
+        sent: DeliveryState.SENT,
+        cleaned: DeliveryState.CLEANED,
+        unknown: DeliveryState.UNKNOWN,
     }
     assert (result.removed, result.written) == (0, 0)
     assert {k: ledger.digest_rows(k) for k in keys} == before
@@ -121,7 +130,7 @@ def test_a_key_without_a_work_item_is_refused(ledger):
 def test_one_call_replaces_the_movable_keys_and_refuses_the_rest(ledger):
     failed, sent, other = seed_period(ledger, 3)
     claims = all_claimed(ledger)
-    send(ledger, claims[sent], SendOutcome.sent("p-1"), S.SENT)
+    send(ledger, claims[sent], SendOutcome.sent("p-1"), DeliveryState.SENT)
     fail(ledger, claims[failed])
 
     result = ledger.replace_digest_rows(
@@ -129,7 +138,7 @@ def test_one_call_replaces_the_movable_keys_and_refuses_the_rest(ledger):
     )
 
     assert result.replaced == {failed}
-    assert result.refused == {sent: S.SENT}
+    assert result.refused == {sent: DeliveryState.SENT}
     assert (result.removed, result.written) == (ROWS_PER_CUSTOMER, 1)
     assert titles(ledger, failed) == ["Teapot"]
     assert titles(ledger, sent) == [r.payload["title"] for r in digest_rows_for(sent, 2)]

@@ -21,7 +21,6 @@ from digest_pipeline_tests.dagster.harness import (
     project,
 )
 
-S = DeliveryState
 PERMANENT = SendOutcome.failed(FailureClass.PERMANENT, "smtp:550")
 TRANSIENT = SendOutcome.failed(FailureClass.TRANSIENT, "smtp:451")
 CLEANUP_ONLY = ("cleaned", "cleanup_lag_p50_s", "cleanup_lag_max_s")
@@ -251,10 +250,14 @@ def test_delivered_fraction_is_sent_and_cleaned_over_eligible_from_the_ledger(wo
 
     counts, snapshot = world.ledger.state_counts(W42), world.ledger.snapshot(W42)
     assert snapshot is not None
-    assert (counts[S.CLEANED], counts[S.FAILED]) == (4, 1)  # cleanup moved sent to cleaned
+    assert (counts[DeliveryState.CLEANED], counts[DeliveryState.FAILED]) == (
+        4,
+        1,
+    )  # cleanup moved sent to cleaned
     assert (again["sent"], again["delivered"]) == (1, 4)
     assert again["delivered_fraction"] == pytest.approx(
-        (counts.get(S.SENT, 0) + counts[S.CLEANED]) / snapshot.eligible_count
+        (counts.get(DeliveryState.SENT, 0) + counts[DeliveryState.CLEANED])
+        / snapshot.eligible_count
     )
     assert again["delivered_pct"] == "80.0 % of 5 eligible"
 

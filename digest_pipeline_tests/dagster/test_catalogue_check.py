@@ -24,7 +24,6 @@ from digest_pipeline_tests.dagster.harness import (
 )
 from digest_pipeline_tests.fakes import FakeCustomerSource
 
-S = DeliveryState
 BAD_ID = "product-002"
 BAD_IMAGE = 'https://cdn.shop.example/p/002.jpg" onerror="alert(1)'
 
@@ -58,7 +57,7 @@ def test_a_week_with_one_bad_product_delivers_every_customer_and_warns_by_produc
     result = materialize(world)
 
     assert result.success
-    assert world.ledger.state_counts(W42) == {S.CLEANED: 5}  # sent, then cleaned
+    assert world.ledger.state_counts(W42) == {DeliveryState.CLEANED: 5}  # sent, then cleaned
     assert world.mailer.sends == 5
     content = metadata(result, "digest_content")
     assert content["excluded_products"] == 1

@@ -26,7 +26,6 @@ from digest_pipeline_tests.dagster.harness import (
 )
 from digest_pipeline_tests.fakes import FakeMailer, FixedClock
 
-S = DeliveryState
 LEASE = DeliveryPolicy().lease
 CHECK_NAMES = sorted(spec.name for c in CHECKS for spec in c.check_specs)
 
@@ -89,15 +88,17 @@ def test_no_duplicate_send_fails_for_a_second_confirmed_send_and_blocks_cleanup(
     late = T0 + LEASE + timedelta(seconds=1)
     with pytest.raises(Exception, match="expected claimed"):  # ...and then arrived
         ledger.complete(
-            ticket, SendOutcome.sent("pm-1"), Transition(key, S.CLAIMED, c.token, S.SENT, late)
+            ticket,
+            SendOutcome.sent("pm-1"),
+            Transition(key, DeliveryState.CLAIMED, c.token, DeliveryState.SENT, late),
         )
     # an operator wrongly resolves "not sent" without reading the attempt history
     ledger.apply(
         Transition(
             key,
-            S.UNKNOWN,
+            DeliveryState.UNKNOWN,
             c.token,
-            S.RETRY_SCHEDULED,
+            DeliveryState.RETRY_SCHEDULED,
             late,
             next_attempt_at=late,
             audit=AuditNote("alice", "resolve", "looked lost"),
@@ -108,7 +109,7 @@ def test_no_duplicate_send_fails_for_a_second_confirmed_send_and_blocks_cleanup(
     ledger.complete(
         ticket,
         SendOutcome.sent("pm-2"),
-        Transition(key, S.CLAIMED, again.token, S.SENT, late),
+        Transition(key, DeliveryState.CLAIMED, again.token, DeliveryState.SENT, late),
     )
     world.clock.set(late)
 
@@ -134,10 +135,26 @@ def test_no_silent_timeout_fails_when_an_unknown_send_was_requeued_without_evide
     ledger.complete(
         ticket,
         outcome,
-        Transition(key, S.CLAIMED, c.token, S.UNKNOWN, T0, failure_class=FailureClass.UNKNOWN),
+        Transition(
+            key,
+            DeliveryState.CLAIMED,
+            c.token,
+            DeliveryState.UNKNOWN,
+            T0,
+            failure_class=FailureClass.UNKNOWN,
+        ),
     )
     # a buggy job turns the timeout into "not sent": no reconciliation, no audit row
-    ledger.apply(Transition(key, S.UNKNOWN, c.token, S.RETRY_SCHEDULED, T0, next_attempt_at=T0))
+    ledger.apply(
+        Transition(
+            key,
+            DeliveryState.UNKNOWN,
+            c.token,
+            DeliveryState.RETRY_SCHEDULED,
+            T0,
+            next_attempt_at=T0,
+        )
+    )
 
     result = world.materialize(selection=DELIVERY_AND_CLEANUP, raise_on_error=False)
 

@@ -12,7 +12,6 @@ from digest_pipeline_tests.conftest import W42
 from digest_pipeline_tests.dagster.harness import BEFORE_DELIVERY, DELIVERY_AND_CLEANUP
 from digest_pipeline_tests.fakes import SystemicFailureMailer
 
-S = DeliveryState
 TAMPERED = "tampered@example.com"
 
 
@@ -65,7 +64,7 @@ def test_a_tamper_after_the_plan_fails_the_delivery_batch_before_it_claims(world
     assert step.startswith("digest_deliveries.deliver_batch")
     assert "period 2026-W42" in message
     assert world.mailer.sends == 0
-    assert {i.state for i in ledger.items(W42)} == {S.PENDING}
+    assert {i.state for i in ledger.items(W42)} == {DeliveryState.PENDING}
     assert ledger.cleanups == []
 
 
@@ -91,6 +90,6 @@ def test_a_provider_refusing_every_send_fails_the_delivery_step_with_the_code(wo
     assert "http:401:invalid_api_key" in message
     assert refusing.sends == 5
     counts = world.ledger.state_counts(W42)
-    assert counts == {S.RETRY_SCHEDULED: 5, S.PENDING: 25}
+    assert counts == {DeliveryState.RETRY_SCHEDULED: 5, DeliveryState.PENDING: 25}
     assert world.ledger.get(key_of(30)) is not None
     assert world.ledger.cleanups == []

@@ -59,7 +59,6 @@ from digest_pipeline_tests.dagster.life import (
 )
 from digest_pipeline_tests.fakes import FakeMailer, FixedClock
 
-S = DeliveryState
 #: eight consecutive complete weeks (a partition must be a completed week in real time)
 WEEKS = tuple(Period(2026, w) for w in range(36, 44))
 CUSTOMERS, SEED = 48, 4
@@ -167,18 +166,20 @@ class Expected:
 def expected_for(role: Role, failures: int = 0) -> Expected:
     match role:
         case Role.PLAIN:
-            return Expected(role, S.CLEANED, 1, 1, 1)
+            return Expected(role, DeliveryState.CLEANED, 1, 1, 1)
         case Role.TRANSIENT:
-            return Expected(role, S.CLEANED, 1, failures + 1, failures + 1)
+            return Expected(role, DeliveryState.CLEANED, 1, failures + 1, failures + 1)
         case Role.THROTTLED | Role.ACCEPTED_TIMEOUT | Role.LOST_TIMEOUT:
-            return Expected(role, S.CLEANED, 1, 2, 2)
+            return Expected(role, DeliveryState.CLEANED, 1, 2, 2)
         case Role.EXHAUSTED:
-            return Expected(role, S.DEAD_LETTERED, 0, MAX_ATTEMPTS, MAX_ATTEMPTS, "max_attempts")
+            return Expected(
+                role, DeliveryState.DEAD_LETTERED, 0, MAX_ATTEMPTS, MAX_ATTEMPTS, "max_attempts"
+            )
         case Role.STUCK_UNKNOWN:
-            return Expected(role, S.UNKNOWN, 1, None, None)
+            return Expected(role, DeliveryState.UNKNOWN, 1, None, None)
         case Role.INVALID:
             # the composer refuses it after the attempt is recorded, before any provider call
-            return Expected(role, S.FAILED, 0, 1, 0, "permanent")
+            return Expected(role, DeliveryState.FAILED, 0, 1, 0, "permanent")
     raise AssertionError(role)
 
 
@@ -410,7 +411,7 @@ def move_retrying_customers(
 ) -> None:
     """After the freeze: customers whose digest is still retrying move house or leave."""
     retrying = sorted(cid for cid, (r, k) in roles.items() if r is Role.TRANSIENT and k >= 1)
-    waiting = {i.customer_id for i in life.ledger.items(period, [S.RETRY_SCHEDULED])}
+    waiting = {i.customer_id for i in life.ledger.items(period, [DeliveryState.RETRY_SCHEDULED])}
     assert set(retrying) <= waiting, "they change while their digest is still retrying"
     for cid in retrying[: week.readdress_retrying]:
         email = f"midweek.{n}.{cid.replace('-', '')}@example.com"
@@ -481,7 +482,7 @@ def assert_week(life: Life, book: Book, period: Period) -> None:
         if want.role is Role.STUCK_UNKNOWN:
             assert sends == attempts >= 2, (key, sends, attempts)
             assert key in ledger.keys_with_rows(period), "an unsettled item keeps its rows"
-            if state is S.DEAD_LETTERED:
+            if state is DeliveryState.DEAD_LETTERED:
                 want_dead_letters["unknown_unresolved"] += 1
         else:
             assert (attempts, sends) == (want.attempts, want.sends), (key, want.role)
@@ -496,7 +497,7 @@ def stuck_state(life: Life, last_attempt_at) -> DeliveryState:
     """`unknown` until a sweeper tick finds its retention over, then `dead_lettered`."""
     assert last_attempt_at is not None
     expired = any(t >= last_attempt_at + UNKNOWN_RETENTION for t in life.sensor_ticks)
-    return S.DEAD_LETTERED if expired else S.UNKNOWN
+    return DeliveryState.DEAD_LETTERED if expired else DeliveryState.UNKNOWN
 
 
 def assert_run(launch: Launch) -> None:
@@ -536,11 +537,11 @@ def totals(
     messages = sum(delivered[k] for k in keys)
     # ambiguous sends the provider had accepted but no evidence settled: `unknown`, or
     # dead-lettered `unknown_unresolved` once their retention ran out
-    unsettled = {str(i.key) for i in ledger.items(period, [S.UNKNOWN])} | {
+    unsettled = {str(i.key) for i in ledger.items(period, [DeliveryState.UNKNOWN])} | {
         str(d.key) for d in ledger.dead_letters(period) if d.reason == "unknown_unresolved"
     }
     unsettled_but_accepted = sum(delivered[k] for k in unsettled)
-    assert messages == counts.get(S.CLEANED, 0) + unsettled_but_accepted
+    assert messages == counts.get(DeliveryState.CLEANED, 0) + unsettled_but_accepted
     outcomes = ledger.attempt_outcome_counts(period)
     attempts = sum(v for k, v in outcomes.items() if k != "duplicate")
     sends = sum(life.mailer.sends_for(k) for k in keys)
@@ -562,7 +563,15 @@ def totals(
         "shop": changes.summary(),
         "mid_week": sum(1 for p, _ in book.moved_mid_week if p == period),
         "eligible": eligible,
-        **{s.value: counts.get(s, 0) for s in (S.CLEANED, S.FAILED, S.DEAD_LETTERED, S.UNKNOWN)},
+        **{
+            s.value: counts.get(s, 0)
+            for s in (
+                DeliveryState.CLEANED,
+                DeliveryState.FAILED,
+                DeliveryState.DEAD_LETTERED,
+                DeliveryState.UNKNOWN,
+            )
+        },
         "messages": messages,
         "sends": sends,
         "attempts": attempts,

@@ -8,8 +8,6 @@ from digest_pipeline_tests.conftest import W42
 from digest_pipeline_tests.dagster.harness import checks
 from digest_pipeline_tests.fakes import FakeLedger
 
-S = DeliveryState
-
 
 def test_a_full_run_of_a_missed_week_fails_at_the_snapshot_and_freezes_nothing(world_of):
     world = world_of(3)
@@ -44,7 +42,7 @@ def test_a_delivery_step_that_attempted_nothing_fails_the_run_and_blocks_cleanup
     assert "never attempted" in (evaluation.description or "")
     assert not result.success
     assert result.asset_materializations_for_node("digest_cleanup") == []
-    assert world.ledger.state_counts(W42) == {S.PENDING: 4}
+    assert world.ledger.state_counts(W42) == {DeliveryState.PENDING: 4}
 
 
 def test_a_delivered_week_passes_the_attempted_check(world_of):

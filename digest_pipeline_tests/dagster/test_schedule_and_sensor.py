@@ -22,7 +22,6 @@ from digest_pipeline_tests.dagster.harness import (
     sweep,
 )
 
-S = DeliveryState
 SWEEP_KEYS = [dg.AssetKey("digest_deliveries"), dg.AssetKey("digest_cleanup")]
 
 
@@ -100,7 +99,14 @@ def test_unknown_items_and_expired_claims_are_swept(world_of):
     ledger.complete(
         ticket,
         SendOutcome.failed(FailureClass.UNKNOWN, "timeout_after_send"),
-        Transition(c1.key, S.CLAIMED, c1.token, S.UNKNOWN, T0, failure_class=FailureClass.UNKNOWN),
+        Transition(
+            c1.key,
+            DeliveryState.CLAIMED,
+            c1.token,
+            DeliveryState.UNKNOWN,
+            T0,
+            failure_class=FailureClass.UNKNOWN,
+        ),
     )
     world.ledger.claim_due(T0, "busy-worker", lease, 1, W42)  # customer 3: claimed, lease live
     [only_unknown] = sweep(world).run_requests
@@ -115,13 +121,13 @@ def test_unknown_items_and_expired_claims_are_swept(world_of):
     # the provider never saw customer 1's key: reconciliation makes it due again, unsent
     assert deliveries["reconciled"] == 1
     assert [ledger.get(key_of(n)).state for n in (1, 2, 3)] == [
-        S.RETRY_SCHEDULED,
-        S.CLEANED,
-        S.CLEANED,
+        DeliveryState.RETRY_SCHEDULED,
+        DeliveryState.CLEANED,
+        DeliveryState.CLEANED,
     ]
     [retry] = sweep(world).run_requests
     run_requested(world, retry)
-    assert ledger.get(key_of(1)).state is S.CLEANED
+    assert ledger.get(key_of(1)).state is DeliveryState.CLEANED
     assert world.mailer.deliveries_for(key_of(1)) == 1
 
 
@@ -157,7 +163,7 @@ def test_a_late_grant_lets_the_sweeper_deliver_a_missed_week(world_of):
     run_requested(world, request)
 
     assert world.mailer.sends == 3
-    assert world.ledger.state_counts(W42) == {S.CLEANED: 3}
+    assert world.ledger.state_counts(W42) == {DeliveryState.CLEANED: 3}
     assert "no open week" in sweep(world).skip_message
 
 

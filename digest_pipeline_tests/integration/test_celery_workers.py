@@ -49,7 +49,6 @@ W42, W43 = Period(2026, 42), Period(2026, 43)
 BATCH_SIZE, CONCURRENCY = 125, 2
 #: short, so the re-run after the kill finds the dead step's leases expired without a long wait
 LEASE_SECONDS = 10
-S = DeliveryState
 
 
 @pytest.fixture(scope="module")
@@ -111,7 +110,9 @@ def _assert_week_done_once(rig: CeleryRig, provider: ProviderServer, period: Per
     """Every item finished, every invariant holds, and the provider stored each key once."""
     states = _states(rig, period)
     assert states, f"{period} has no work items"
-    open_states = {k: s for k, s in states.items() if s not in (S.CLEANED, S.FAILED)}
+    open_states = {
+        k: s for k, s in states.items() if s not in (DeliveryState.CLEANED, DeliveryState.FAILED)
+    }
     assert open_states == {}, f"{period}: items not finished: {open_states}"
     engine = _ledger(rig)
     try:
@@ -123,7 +124,7 @@ def _assert_week_done_once(rig: CeleryRig, provider: ProviderServer, period: Per
         engine.dispose()
     assert failed == [], f"{period}: invariants violated: {failed}"
     stored = provider.stored
-    cleaned = {k for k, s in states.items() if s == S.CLEANED}
+    cleaned = {k for k, s in states.items() if s == DeliveryState.CLEANED}
     assert {k for k in stored if k in states} == cleaned, "sent items are those the provider holds"
     twice = {k: len(v) for k, v in stored.items() if k in states and len(v) != 1}
     assert twice == {}, f"messages stored more than once: {twice}"
@@ -240,7 +241,7 @@ def test_a_worker_killed_inside_a_batch_fails_the_run_and_a_rerun_finishes_the_w
             rows = conn.execute(
                 select(work_items.c.state).where(work_items.c.lease_owner == owner)
             ).scalars()
-            left = [s for s in rows if s not in (S.SENT, S.CLEANED)]
+            left = [s for s in rows if s not in (DeliveryState.SENT, DeliveryState.CLEANED)]
     finally:
         engine.dispose()
     assert left, "the killed batch had finished before the kill"
@@ -251,7 +252,9 @@ def test_a_worker_killed_inside_a_batch_fails_the_run_and_a_rerun_finishes_the_w
     assert code == 0, output
     # what the re-run found not yet due (the dead claim's retries) the sweep delivers
     for _ in range(10):
-        if all(s in (S.CLEANED, S.FAILED) for s in _states(rig, W43).values()):
+        if all(
+            s in (DeliveryState.CLEANED, DeliveryState.FAILED) for s in _states(rig, W43).values()
+        ):
             break
         time.sleep(2)
         code, output = finished(rig.digest("sweep"))

@@ -21,7 +21,7 @@ from digest_pipeline.adapters.sql_schema import cleanups, digest_rows, digest_ro
 from digest_pipeline.domain.model import CleanupMode
 from digest_pipeline.domain.periods import OperationKey
 from digest_pipeline.domain.policy import DeliveryPolicy
-from digest_pipeline.domain.states import DeliveryState as S
+from digest_pipeline.domain.states import DeliveryState
 from digest_pipeline.services.cleanup import clean_period
 from digest_pipeline.services.deliver import Deliverer, deliver_due
 from digest_pipeline.services.resolve import resolve_unknown
@@ -83,7 +83,7 @@ def provider(request: pytest.FixtureRequest, clock: FixedClock, tmp_path) -> Ite
 
 def assert_exactly_once(ledger, delivered, keys, clock) -> None:
     assert [delivered(k) for k in keys] == [1] * len(keys)
-    assert {i.state for i in ledger.items(W42)} == {S.CLEANED}
+    assert {i.state for i in ledger.items(W42)} == {DeliveryState.CLEANED}
     failing = [r for r in ledger.check_invariants(W42, clock.now()) if not r.passed]
     assert failing == []
 
@@ -93,7 +93,7 @@ def test_crash_after_the_provider_accepted_does_not_send_twice(sql_ledger, clock
     provider.mailer.crash_after_accept(keys[2])
     with pytest.raises(WorkerCrash):
         deliver_due(worker(sql_ledger, provider.mailer, clock), batch_size=N, concurrency=1)
-    assert sql_ledger.get(keys[2]).state is S.CLAIMED  # the result was never recorded
+    assert sql_ledger.get(keys[2]).state is DeliveryState.CLAIMED  # the result was never recorded
     settle(sql_ledger, provider.mailer, clock)
     assert_exactly_once(sql_ledger, provider.delivered, keys, clock)
 
@@ -180,7 +180,7 @@ def test_timeout_after_acceptance_is_unknown_then_reconciled_never_not_sent(
     provider.mailer.timeout_after_accept(keys[0])
     deliver_due(worker(sql_ledger, provider.mailer, clock), batch_size=N, concurrency=2)
     item = sql_ledger.get(keys[0])
-    assert (item.state, item.last_failure_class.value) == (S.UNKNOWN, "unknown")
+    assert (item.state, item.last_failure_class.value) == (DeliveryState.UNKNOWN, "unknown")
     assert sql_ledger.check_invariants(W42, clock.now())[1].passed  # no_silent_timeout
     settle(sql_ledger, provider.mailer, clock)
     assert_exactly_once(sql_ledger, provider.delivered, keys, clock)
@@ -192,14 +192,14 @@ def test_timeout_with_no_way_to_reconcile_stays_unknown_and_keeps_its_rows(sql_l
     mailer.script_timeout_after_accept(keys[0])
     deliver_due(worker(sql_ledger, mailer, clock), batch_size=2, concurrency=1)
     settle(sql_ledger, mailer, clock)
-    assert sql_ledger.get(keys[0]).state is S.UNKNOWN
+    assert sql_ledger.get(keys[0]).state is DeliveryState.UNKNOWN
     assert len(sql_ledger.digest_rows(keys[0])) == 2
-    assert sql_ledger.get(keys[1]).state is S.CLEANED
+    assert sql_ledger.get(keys[1]).state is DeliveryState.CLEANED
     assert all(r.passed for r in sql_ledger.check_invariants(W42, clock.now()))
     # retention runs out: dead-lettered for the operator, the rows still kept
     clock.advance(POLICY.unknown_retention)
     settle(sql_ledger, mailer, clock)
-    assert sql_ledger.get(keys[0]).state is S.DEAD_LETTERED
+    assert sql_ledger.get(keys[0]).state is DeliveryState.DEAD_LETTERED
     assert sql_ledger.dead_letters(W42)[0].reason == "unknown_unresolved"
     assert len(sql_ledger.digest_rows(keys[0])) == 2
     assert mailer.deliveries_for(keys[0]) == 1
@@ -216,5 +216,5 @@ def test_a_retry_whose_earlier_attempt_was_confirmed_late_is_not_sent_again(sql_
     sweep(worker(sql_ledger, mailer, clock, "sweeper"), batch_size=5, concurrency=1)
     # the ledger's own confirmed attempt settles it before any second send
     assert mailer.deliveries_for(keys[0]) == 1
-    assert sql_ledger.get(keys[0]).state is S.CLEANED
+    assert sql_ledger.get(keys[0]).state is DeliveryState.CLEANED
     assert all(r.passed for r in sql_ledger.check_invariants(W42, clock.now()))

@@ -30,7 +30,6 @@ from digest_pipeline_tests.builders import deliver_all, failed_invariants, make_
 from digest_pipeline_tests.conftest import T0, W42
 from digest_pipeline_tests.fakes import FakeCustomerSource, FakeMailer
 
-S = DeliveryState
 SOURCE_TABLES = (customers, products, orders)
 RESERVED = re.compile(r"[a-z]+(\.[a-z0-9]+)+@example\.(com|org|net)")
 
@@ -165,7 +164,7 @@ def test_every_planted_invalid_address_is_refused_by_the_composer(sql_ledger, cl
     refused = []
     for c in SqlCustomerSource(sql_ledger.engine).customers():
         key = OperationKey(W42, c.customer_id)
-        item = WorkItem(key=key, state=S.CLAIMED, created_at=T0, next_attempt_at=None)
+        item = WorkItem(key=key, state=DeliveryState.CLAIMED, created_at=T0, next_attempt_at=None)
         try:
             render.compose(item, c.email, [row])
         except RenderError:
@@ -223,7 +222,7 @@ def test_a_seeded_period_flows_from_snapshot_to_content_to_delivery(sql_ledger, 
         "sent": snap.eligible - seeded.invalid_addresses,
         "failed": seeded.invalid_addresses,
     }
-    failed = sql_ledger.items(W42, [S.FAILED])
+    failed = sql_ledger.items(W42, [DeliveryState.FAILED])
     assert len(failed) == seeded.invalid_addresses
     assert {i.last_failure_class for i in failed} == {FailureClass.PERMANENT}
     assert failed_invariants(sql_ledger, W42, clock.now()) == []

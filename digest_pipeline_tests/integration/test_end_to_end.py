@@ -10,7 +10,7 @@ import email.policy
 from digest_pipeline.adapters.outbox_mailer import OutboxMailer
 from digest_pipeline.adapters.render import Jinja2Composer
 from digest_pipeline.domain.model import CleanupMode, message_id_for
-from digest_pipeline.domain.states import DeliveryState as S
+from digest_pipeline.domain.states import DeliveryState
 from digest_pipeline.services.cleanup import clean_period
 from digest_pipeline.services.deliver import deliver_due
 from digest_pipeline_tests.builders import email_of, make_deliverer, seed_period
@@ -44,5 +44,5 @@ def test_a_period_delivers_one_real_message_per_customer_and_cleans_up(sql_ledge
         assert parsed["Message-ID"] == message_id_for(key)
         assert parsed["List-Unsubscribe-Post"] == "List-Unsubscribe=One-Click"
         assert [p.get_content_type() for p in parsed.iter_parts()] == ["text/plain", "text/html"]
-    assert {i.state for i in sql_ledger.items(W42)} == {S.CLEANED}
+    assert {i.state for i in sql_ledger.items(W42)} == {DeliveryState.CLEANED}
     assert all(r.passed for r in sql_ledger.check_invariants(W42, clock.now()))

@@ -37,8 +37,6 @@ from digest_pipeline_tests.provider_server import (
     store_then_hang,
 )
 
-F = FailureClass
-S = DeliveryState
 #: the client's timeouts: long enough for loopback, short enough that a hang costs little
 TIMEOUT = 0.4
 WINDOW = timedelta(hours=24)
@@ -99,36 +97,60 @@ class TestFailureClasses:
         ("action", "failure", "detail"),
         [
             # throttling: retried at the provider's pace
-            (status(429, "rate_limit_exceeded"), F.THROTTLED, "http:429:rate_limit_exceeded"),
-            (status(429), F.THROTTLED, "http:429:error"),
+            (
+                status(429, "rate_limit_exceeded"),
+                FailureClass.THROTTLED,
+                "http:429:rate_limit_exceeded",
+            ),
+            (status(429), FailureClass.THROTTLED, "http:429:error"),
             # quota refused for today: the operator decides, not a retry every minute
-            (quota(), F.PERMANENT, "http:429:daily_quota_exceeded"),
-            (status(429, "monthly_quota_exceeded"), F.PERMANENT, "http:429:monthly_quota_exceeded"),
+            (quota(), FailureClass.PERMANENT, "http:429:daily_quota_exceeded"),
+            (
+                status(429, "monthly_quota_exceeded"),
+                FailureClass.PERMANENT,
+                "http:429:monthly_quota_exceeded",
+            ),
             # same key, other payload: a bug; a concurrent request with the key: try again
             (
                 status(409, "invalid_idempotent_request"),
-                F.PERMANENT,
+                FailureClass.PERMANENT,
                 "http:409:invalid_idempotent_request",
             ),
-            (conflict_concurrent(), F.TRANSIENT, "http:409:concurrent_idempotent_requests"),
-            (status(409, "conflict"), F.PERMANENT, "http:409:conflict"),
+            (
+                conflict_concurrent(),
+                FailureClass.TRANSIENT,
+                "http:409:concurrent_idempotent_requests",
+            ),
+            (status(409, "conflict"), FailureClass.PERMANENT, "http:409:conflict"),
             # the request is wrong, or we are not allowed: retrying cannot help
-            (status(400, "validation_error"), F.PERMANENT, "http:400:validation_error"),
-            (status(401, "missing_api_key"), F.PERMANENT, "http:401:missing_api_key"),
-            (status(403, "invalid_api_key"), F.PERMANENT, "http:403:invalid_api_key"),
-            (status(404, "not_found"), F.PERMANENT, "http:404:not_found"),
-            (status(422, "invalid_from_address"), F.PERMANENT, "http:422:invalid_from_address"),
+            (status(400, "validation_error"), FailureClass.PERMANENT, "http:400:validation_error"),
+            (status(401, "missing_api_key"), FailureClass.PERMANENT, "http:401:missing_api_key"),
+            (status(403, "invalid_api_key"), FailureClass.PERMANENT, "http:403:invalid_api_key"),
+            (status(404, "not_found"), FailureClass.PERMANENT, "http:404:not_found"),
+            (
+                status(422, "invalid_from_address"),
+                FailureClass.PERMANENT,
+                "http:422:invalid_from_address",
+            ),
             # the provider gave up reading the request: nothing was processed
-            (status(408, "request_timeout"), F.TRANSIENT, "http:408:request_timeout"),
+            (status(408, "request_timeout"), FailureClass.TRANSIENT, "http:408:request_timeout"),
             # the provider failed: its idempotency makes a retry with the same key safe
-            (status(500, "internal_server_error"), F.TRANSIENT, "http:500:internal_server_error"),
-            (status(502, "bad_gateway"), F.TRANSIENT, "http:502:bad_gateway"),
-            (status(503, "service_unavailable"), F.TRANSIENT, "http:503:service_unavailable"),
-            (status(504, "gateway_timeout"), F.TRANSIENT, "http:504:gateway_timeout"),
+            (
+                status(500, "internal_server_error"),
+                FailureClass.TRANSIENT,
+                "http:500:internal_server_error",
+            ),
+            (status(502, "bad_gateway"), FailureClass.TRANSIENT, "http:502:bad_gateway"),
+            (
+                status(503, "service_unavailable"),
+                FailureClass.TRANSIENT,
+                "http:503:service_unavailable",
+            ),
+            (status(504, "gateway_timeout"), FailureClass.TRANSIENT, "http:504:gateway_timeout"),
             # the provider stored the message but we never heard: may have been sent
-            (store_then_hang(), F.UNKNOWN, "http:read_timeout"),
-            (store_then_drop(), F.UNKNOWN, "http:remote_protocol_error"),
-            (malformed_success(), F.UNKNOWN, "http:200:malformed_body"),
+            (store_then_hang(), FailureClass.UNKNOWN, "http:read_timeout"),
+            (store_then_drop(), FailureClass.UNKNOWN, "http:remote_protocol_error"),
+            (malformed_success(), FailureClass.UNKNOWN, "http:200:malformed_body"),
         ],
     )
     def test_provider_answer_maps_to_failure_class(
@@ -153,26 +175,32 @@ class TestFailureClasses:
     def test_wrong_api_key_is_permanent(self, server: ProviderServer) -> None:
         with HttpProviderMailer(settings_for(server.url, "re_wrong_key")) as m:
             outcome = send(m, message())
-        assert (outcome.failure_class, outcome.detail) == (F.PERMANENT, "http:401:invalid_api_key")
+        assert (outcome.failure_class, outcome.detail) == (
+            FailureClass.PERMANENT,
+            "http:401:invalid_api_key",
+        )
         assert server.stored == {}
 
     def test_closed_port_is_transient(self) -> None:
         with HttpProviderMailer(settings_for(f"http://127.0.0.1:{free_port()}", "k")) as m:
             outcome = send(m, message())
-        assert (outcome.failure_class, outcome.detail) == (F.TRANSIENT, "http:connect_error")
+        assert (outcome.failure_class, outcome.detail) == (
+            FailureClass.TRANSIENT,
+            "http:connect_error",
+        )
 
     @pytest.mark.parametrize(
         ("error", "failure"),
         [
-            (httpx.ConnectTimeout("t"), F.TRANSIENT),
-            (httpx.PoolTimeout("t"), F.TRANSIENT),
-            (httpx.ProxyError("t"), F.TRANSIENT),
-            (httpx.UnsupportedProtocol("t"), F.TRANSIENT),
-            (httpx.InvalidURL("t"), F.TRANSIENT),
-            (httpx.LocalProtocolError("t"), F.UNKNOWN),
-            (httpx.WriteTimeout("t"), F.UNKNOWN),
-            (httpx.ReadError("t"), F.UNKNOWN),
-            (httpx.WriteError("t"), F.UNKNOWN),
+            (httpx.ConnectTimeout("t"), FailureClass.TRANSIENT),
+            (httpx.PoolTimeout("t"), FailureClass.TRANSIENT),
+            (httpx.ProxyError("t"), FailureClass.TRANSIENT),
+            (httpx.UnsupportedProtocol("t"), FailureClass.TRANSIENT),
+            (httpx.InvalidURL("t"), FailureClass.TRANSIENT),
+            (httpx.LocalProtocolError("t"), FailureClass.UNKNOWN),
+            (httpx.WriteTimeout("t"), FailureClass.UNKNOWN),
+            (httpx.ReadError("t"), FailureClass.UNKNOWN),
+            (httpx.WriteError("t"), FailureClass.UNKNOWN),
         ],
     )
     def test_transport_errors_that_a_real_server_cannot_produce_on_demand(
@@ -190,7 +218,7 @@ class TestFailureClasses:
         self, server: ProviderServer, mailer: HttpProviderMailer
     ) -> None:
         outcome = mailer.send(message(1), idempotency_key=str(key_of(2)))
-        assert (outcome.failure_class, server.requests) == (F.PERMANENT, 0)
+        assert (outcome.failure_class, server.requests) == (FailureClass.PERMANENT, 0)
 
     @pytest.mark.parametrize(
         "bad",
@@ -208,7 +236,7 @@ class TestFailureClasses:
     ) -> None:
         outcome = send(mailer, bad)
         assert (outcome.failure_class, outcome.detail, server.requests) == (
-            F.PERMANENT,
+            FailureClass.PERMANENT,
             "render_error",
             0,
         )
@@ -283,7 +311,7 @@ class TestRetryAfter:
         date = format_datetime(self.ANSWERED, usegmt=True)
         server.script(key_of(1), status(429, "rate_limit_exceeded", retry_after, date))
         outcome = send(mailer, message())
-        assert (outcome.failure_class, outcome.retry_after) == (F.THROTTLED, expected)
+        assert (outcome.failure_class, outcome.retry_after) == (FailureClass.THROTTLED, expected)
 
 
 class TestIdempotency:
@@ -305,7 +333,7 @@ class TestIdempotency:
         send(mailer, message())
         with caplog.at_level(logging.ERROR, logger="digest_pipeline.adapters.http"):
             outcome = send(mailer, message(html="<p>changed</p>"))
-        assert outcome.failure_class is F.PERMANENT
+        assert outcome.failure_class is FailureClass.PERMANENT
         assert [r.levelno for r in caplog.records] == [logging.ERROR]
         assert str(key_of(1)) in caplog.records[0].getMessage()
         assert server.delivered_count(key_of(1)) == 1
@@ -324,7 +352,7 @@ class TestIdempotency:
             server.release(key_of(1))
             sender.join()
         assert (second.failure_class, second.detail) == (
-            F.TRANSIENT,
+            FailureClass.TRANSIENT,
             "http:409:concurrent_idempotent_requests",
         )
         assert first[0].accepted
@@ -334,7 +362,7 @@ class TestIdempotency:
         self, server: ProviderServer, mailer: HttpProviderMailer
     ) -> None:
         server.script(key_of(1), store_then_hang())
-        assert send(mailer, message()).failure_class is F.UNKNOWN
+        assert send(mailer, message()).failure_class is FailureClass.UNKNOWN
         assert server.delivered_count(key_of(1)) == 1
 
     def test_provider_forgets_a_key_after_its_window(self) -> None:
@@ -361,7 +389,7 @@ class TestReconciliation:
         deliverer = make_deliverer(ledger, mailer, clock, policy=POLICY)
         report = deliver_due(deliverer, batch_size=10, concurrency=3)
         assert report.outcomes == {"sent": 2, "unknown": 1}
-        assert state_of(ledger, keys[0]) is S.UNKNOWN
+        assert state_of(ledger, keys[0]) is DeliveryState.UNKNOWN
         assert server.delivered_count(keys[0]) == 1
         return ledger, mailer
 
@@ -379,7 +407,10 @@ class TestReconciliation:
             )
         item = ledger.get(key_of(1))
         assert item is not None
-        assert (item.state, item.provider_message_id) == (S.SENT, server.message_id(key_of(1)))
+        assert (item.state, item.provider_message_id) == (
+            DeliveryState.SENT,
+            server.message_id(key_of(1)),
+        )
         assert (server.delivered_count(key_of(1)), server.replays(key_of(1))) == (1, 1)
         assert [len(v) for v in server.stored.values()] == [1, 1, 1]
         assert all(r.passed for r in ledger.check_invariants(W42, clock.now()))
@@ -397,7 +428,7 @@ class TestReconciliation:
                 make_deliverer(ledger, mailer, clock, policy=POLICY), batch_size=10, concurrency=1
             )
         assert report.still_unknown == 1
-        assert state_of(ledger, key_of(1)) is S.UNKNOWN
+        assert state_of(ledger, key_of(1)) is DeliveryState.UNKNOWN
         assert server.delivered_count(key_of(1)) == 1
         assert all(r.passed for r in ledger.check_invariants(W42, clock.now()))
 

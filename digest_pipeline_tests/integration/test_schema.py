@@ -26,7 +26,7 @@ from digest_pipeline.adapters.sql_ledger import SqlLedger
 from digest_pipeline.adapters.sql_schema import digest_rows, digest_rows_archive, metadata
 from digest_pipeline.domain.model import CleanupMode
 from digest_pipeline.domain.periods import Period
-from digest_pipeline.domain.states import DeliveryState as S
+from digest_pipeline.domain.states import DeliveryState
 from digest_pipeline.services.cleanup import clean_period
 from digest_pipeline_tests.builders import (
     ROWS_PER_CUSTOMER,
@@ -131,7 +131,7 @@ def test_a_ledger_that_reused_row_ids_upgrades_with_its_data_and_cleans_again(le
     assert _dump(engine, tables) == before
     report = clean_period(ledger, clock, week_2, CleanupMode.ARCHIVE)
     assert (report.cleaned, report.rows) == (2, 2 * ROWS_PER_CUSTOMER)
-    assert {i.state for i in ledger.items(week_2)} == {S.CLEANED}
+    assert {i.state for i in ledger.items(week_2)} == {DeliveryState.CLEANED}
     # a new row's id is above every id the archive holds, not only the live ones
     _week(ledger, clock, week_3, 1)
     with engine.connect() as conn:

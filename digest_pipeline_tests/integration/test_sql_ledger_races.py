@@ -16,7 +16,7 @@ from digest_pipeline.adapters.sql_ledger import SqlLedger
 from digest_pipeline.adapters.sql_schema import cleanups, digest_rows_archive
 from digest_pipeline.domain.model import CleanupMode
 from digest_pipeline.domain.policy import DeliveryPolicy
-from digest_pipeline.domain.states import DeliveryState as S
+from digest_pipeline.domain.states import DeliveryState
 from digest_pipeline.services.cleanup import clean_period
 from digest_pipeline.services.deliver import Deliverer, DeliveryReport, deliver_due
 from digest_pipeline_tests.builders import make_deliverer, seed_period
@@ -76,7 +76,7 @@ def test_concurrent_workers_claim_and_complete_each_item_exactly_once(
     assert mailer.duplicate_deliveries == 0
     assert all(mailer.deliveries_for(k) == 1 for k in keys)
     final = ledger.items(W42)
-    assert {i.state for i in final} == {S.SENT}
+    assert {i.state for i in final} == {DeliveryState.SENT}
     # one claim (fencing token 1) and one attempt per item: zero double claims
     assert {(i.lease_token, i.attempts) for i in final} == {(1, 1)}
     assert all(r.passed for r in ledger.check_invariants(W42, clock.now()))
@@ -102,4 +102,4 @@ def test_concurrent_cleanups_clean_each_key_once(backend, items, sql_engine_fact
         assert conn.execute(select(func.count()).select_from(cleanups)).scalar_one() == items
         archived = conn.execute(select(func.count()).select_from(digest_rows_archive))
         assert archived.scalar_one() == items
-    assert {i.state for i in ledger.items(W42)} == {S.CLEANED}
+    assert {i.state for i in ledger.items(W42)} == {DeliveryState.CLEANED}

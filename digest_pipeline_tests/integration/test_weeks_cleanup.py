@@ -35,7 +35,6 @@ from digest_pipeline_tests.builders import (
 from digest_pipeline_tests.conftest import SQL_BACKENDS, T0, W42
 from digest_pipeline_tests.fakes import FakeCustomerSource, FakeMailer, FixedClock
 
-S = DeliveryState
 WEEKS = 8
 #: whose digest is refused in a week, by week % 3: customers every week's snapshot selects
 REFUSED = (1, 3, 6)
@@ -130,10 +129,10 @@ def assert_weeks_so_far_hold(
         period = period_of(week)
         items = ledger.items(period)
         assert items, f"{period} has no work items"
-        assert {i.state for i in items} <= {S.CLEANED, S.FAILED}, period
-        assert all(i.state is S.CLEANED for i in items if i.sent_at is not None), period
+        assert {i.state for i in items} <= {DeliveryState.CLEANED, DeliveryState.FAILED}, period
+        assert all(i.state is DeliveryState.CLEANED for i in items if i.sent_at is not None), period
         assert failed_invariants(ledger, period, clock.now()) == [], period
-        cleaned |= {str(i.key) for i in items if i.state is S.CLEANED}
+        cleaned |= {str(i.key) for i in items if i.state is DeliveryState.CLEANED}
     assert cleaned == history.cleaned
 
     with engine.connect() as conn:

@@ -32,7 +32,6 @@ from digest_pipeline_tests.builders import (
 from digest_pipeline_tests.conftest import W42
 from digest_pipeline_tests.fakes import FakeCustomerSource, FakeLedger, FakeMailer, FixedClock
 
-S = DeliveryState
 CUSTOMERS = 4
 BAD_ID = "product-002"
 #: a quote closes the src attribute: the classic way a scraped image link breaks out of it
@@ -94,7 +93,7 @@ def test_a_week_with_one_bad_product_delivers_every_customer(clock):
 
     assert report.excluded == (ProductProblem(BAD_ID, ("image_url",)),)
     assert report.without_picks == 0
-    assert {k: state_of(ledger, k) for k in keys()} == dict.fromkeys(keys(), S.SENT)
+    assert {k: state_of(ledger, k) for k in keys()} == dict.fromkeys(keys(), DeliveryState.SENT)
     assert mailer.sends == CUSTOMERS
     picked = {r.payload["product_id"] for k in keys() for r in ledger.digest_rows(k)}
     assert BAD_ID not in picked
@@ -116,7 +115,7 @@ def test_the_render_error_names_the_product_and_the_field(clock):
     ledger, _ = frozen_with_the_bad_product(clock)
     item = ledger.get(key_of(1))
     assert item is not None
-    assert (item.state, item.last_failure_class) == (S.FAILED, FailureClass.PERMANENT)
+    assert (item.state, item.last_failure_class) == (DeliveryState.FAILED, FailureClass.PERMANENT)
 
     with pytest.raises(RenderError) as refused:
         composer(clock).compose(item, "ada@example.com", ledger.digest_rows(item.key))
@@ -128,7 +127,7 @@ def test_the_render_error_names_the_product_and_the_field(clock):
 
 def test_fix_the_product_then_regenerate_then_replay_delivers_the_failed_customers(clock):
     ledger, mailer = frozen_with_the_bad_product(clock)
-    assert {state_of(ledger, k) for k in keys()} == {S.FAILED}
+    assert {state_of(ledger, k) for k in keys()} == {DeliveryState.FAILED}
     fixed = shop(broken=False)
 
     report = regenerate_period(
@@ -143,8 +142,10 @@ def test_fix_the_product_then_regenerate_then_replay_delivers_the_failed_custome
 
     assert (report.regenerated, report.unchanged, report.changed_meanwhile) == (CUSTOMERS, 0, 0)
     assert (report.to_replay, report.to_replay_sample) == (CUSTOMERS, tuple(keys()))
-    assert report.considered == {S.FAILED: CUSTOMERS}
-    assert {state_of(ledger, k) for k in keys()} == {S.FAILED}  # regenerate changes no state
+    assert report.considered == {DeliveryState.FAILED: CUSTOMERS}
+    assert {state_of(ledger, k) for k in keys()} == {
+        DeliveryState.FAILED
+    }  # regenerate changes no state
     [audit] = [e for e in ledger.audit_log(W42) if e.action == "regenerate"]
     assert (audit.actor, audit.period, audit.key) == ("ada", W42, None)
     assert audit.reason.startswith("fixed image of product-002 (never-sent items: failed 4")
@@ -155,7 +156,7 @@ def test_fix_the_product_then_regenerate_then_replay_delivers_the_failed_custome
     )
     deliver(ledger, mailer, clock)
 
-    assert {k: state_of(ledger, k) for k in keys()} == dict.fromkeys(keys(), S.SENT)
+    assert {k: state_of(ledger, k) for k in keys()} == dict.fromkeys(keys(), DeliveryState.SENT)
     assert mailer.sends == CUSTOMERS
     html = mailer.sent_messages[0].html or ""
     assert "cdn.shop.example/p/002.jpg" in html

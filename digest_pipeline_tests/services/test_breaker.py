@@ -21,7 +21,6 @@ from digest_pipeline_tests.builders import frozen_ledger, key_of, make_deliverer
 from digest_pipeline_tests.conftest import W42
 from digest_pipeline_tests.fakes import FakeLedger, FakeMailer, SystemicFailureMailer
 
-S = DeliveryState
 THRESHOLD = 20
 CUSTOMERS = 100
 BAD_KEY = SendOutcome.failed(FailureClass.PERMANENT, "http:401:invalid_api_key")
@@ -65,13 +64,13 @@ def test_a_credential_refusal_on_every_send_stops_the_run_at_the_threshold(
     attempted = [i for i in items if i.attempts]
     assert len(attempted) == mailer.sends == THRESHOLD
     # not the customer's fault: retried once the sender is fixed, never failed or dead-lettered
-    assert {i.state for i in attempted} == {S.RETRY_SCHEDULED}
+    assert {i.state for i in attempted} == {DeliveryState.RETRY_SCHEDULED}
     assert {i.last_detail for i in attempted} == {failing.detail}
     assert ledger.dead_letters(W42) == []
     # the rest were never claimed: pending, due, no lease taken
     rest = [i for i in items if not i.attempts]
     assert len(rest) == CUSTOMERS - THRESHOLD
-    assert all(i.state is S.PENDING and i.lease_token == 0 for i in rest)
+    assert all(i.state is DeliveryState.PENDING and i.lease_token == 0 for i in rest)
 
 
 def test_the_run_that_stopped_reports_what_it_did(clock):
@@ -94,7 +93,10 @@ def test_a_rejection_of_every_payload_stops_the_run_but_stays_permanent(clock):
         run(ledger, mailer, clock)
 
     assert mailer.sends == THRESHOLD
-    assert ledger.state_counts(W42) == {S.FAILED: THRESHOLD, S.PENDING: CUSTOMERS - THRESHOLD}
+    assert ledger.state_counts(W42) == {
+        DeliveryState.FAILED: THRESHOLD,
+        DeliveryState.PENDING: CUSTOMERS - THRESHOLD,
+    }
 
 
 def test_once_the_key_is_fixed_the_next_run_delivers_everyone_once(clock):
@@ -108,7 +110,7 @@ def test_once_the_key_is_fixed_the_next_run_delivers_everyone_once(clock):
     report = run(ledger, mailer, clock)
 
     assert report.outcomes == {"sent": CUSTOMERS}
-    assert ledger.state_counts(W42) == {S.SENT: CUSTOMERS}
+    assert ledger.state_counts(W42) == {DeliveryState.SENT: CUSTOMERS}
     assert all(provider.deliveries_for(key_of(n)) == 1 for n in range(1, CUSTOMERS + 1))
 
 
@@ -157,7 +159,7 @@ def test_a_sweep_stops_delivering_says_why_and_still_cleans(clock):
     ledger.complete(
         ticket,
         SendOutcome.sent("pm-1"),
-        Transition(sent.key, S.CLAIMED, sent.token, S.SENT, clock.now()),
+        Transition(sent.key, DeliveryState.CLAIMED, sent.token, DeliveryState.SENT, clock.now()),
     )
 
     report = sweep(

@@ -22,17 +22,15 @@ from digest_pipeline_tests.builders import (
 from digest_pipeline_tests.conftest import W42
 from digest_pipeline_tests.fakes import FakeLedger, FakeMailer, FixedClock
 
-S = DeliveryState
-
 #: customer number -> the state `mixed_period` leaves it in
 MIXED = {
-    1: S.SENT,
-    2: S.SENT,
-    3: S.FAILED,
-    4: S.UNKNOWN,
-    5: S.DEAD_LETTERED,
-    6: S.RETRY_SCHEDULED,
-    7: S.PENDING,
+    1: DeliveryState.SENT,
+    2: DeliveryState.SENT,
+    3: DeliveryState.FAILED,
+    4: DeliveryState.UNKNOWN,
+    5: DeliveryState.DEAD_LETTERED,
+    6: DeliveryState.RETRY_SCHEDULED,
+    7: DeliveryState.PENDING,
 }
 
 
@@ -60,7 +58,10 @@ def test_only_sent_items_are_cleaned(clock, mode):
     report = clean_period(ledger, clock, W42, mode)
 
     assert (report.cleaned, report.rows) == (2, 2 * ROWS_PER_CUSTOMER)
-    assert {n: state_of(ledger, key_of(n)) for n in MIXED} == MIXED | {1: S.CLEANED, 2: S.CLEANED}
+    assert {n: state_of(ledger, key_of(n)) for n in MIXED} == MIXED | {
+        1: DeliveryState.CLEANED,
+        2: DeliveryState.CLEANED,
+    }
 
 
 @pytest.mark.parametrize("mode", list(CleanupMode))

@@ -26,7 +26,6 @@ from digest_pipeline_tests.builders import (
 from digest_pipeline_tests.conftest import W42
 from digest_pipeline_tests.fakes import FakeComposer, FakeCustomerSource, FakeLedger, FakeMailer
 
-S = DeliveryState
 OLD = W42.starts_at - timedelta(days=300)
 #: a day inside the default 12-week look-back before the end of W42
 IN_WINDOW = W42.starts_at - timedelta(days=10)
@@ -202,7 +201,7 @@ def test_work_items_that_do_not_exist_yet_or_are_pending_need_content(clock):
     report = generate_content(source, ledger, W42)
 
     assert report.customers == 3
-    assert {state_of(ledger, key_of(n)) for n in (1, 2, 3)} == {S.PENDING}
+    assert {state_of(ledger, key_of(n)) for n in (1, 2, 3)} == {DeliveryState.PENDING}
 
 
 def delivered_and_cleaned(clock) -> tuple[FakeCustomerSource, FakeLedger]:
@@ -212,7 +211,7 @@ def delivered_and_cleaned(clock) -> tuple[FakeCustomerSource, FakeLedger]:
     enqueue_period(ledger, clock, W42)
     deliver_all(make_deliverer(ledger, FakeMailer(clock=clock), clock))
     clean_period(ledger, clock, W42, CleanupMode.DELETE)
-    assert {state_of(ledger, key_of(n)) for n in (1, 2, 3)} == {S.CLEANED}
+    assert {state_of(ledger, key_of(n)) for n in (1, 2, 3)} == {DeliveryState.CLEANED}
     assert ledger.keys_with_rows(W42) == set()
     return source, ledger
 
@@ -232,7 +231,7 @@ def test_sent_items_get_nothing_new(clock):
     generate_content(source, ledger, W42)
     enqueue_period(ledger, clock, W42)
     deliver_all(make_deliverer(ledger, FakeMailer(clock=clock), clock))
-    assert {state_of(ledger, key_of(n)) for n in (1, 2, 3)} == {S.SENT}
+    assert {state_of(ledger, key_of(n)) for n in (1, 2, 3)} == {DeliveryState.SENT}
 
     report = generate_content(source, ledger, W42)
 
@@ -247,7 +246,7 @@ def test_a_failed_item_without_rows_gets_content_for_its_replay(clock):
     composer = FakeComposer()
     composer.fail_for(customer_id(1))  # e.g. it had no rows to render
     deliver_all(make_deliverer(ledger, FakeMailer(clock=clock), clock, composer=composer))
-    assert state_of(ledger, key_of(1)) is S.FAILED
+    assert state_of(ledger, key_of(1)) is DeliveryState.FAILED
 
     report = generate_content(source, ledger, W42)
 

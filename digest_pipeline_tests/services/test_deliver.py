@@ -37,7 +37,6 @@ from digest_pipeline_tests.builders import (
 from digest_pipeline_tests.conftest import T0, W42
 from digest_pipeline_tests.fakes import FakeComposer, FakeLedger, FakeMailer, FixedClock
 
-S = DeliveryState
 TRANSIENT = SendOutcome.failed(FailureClass.TRANSIENT, "smtp:421")
 PERMANENT = SendOutcome.failed(FailureClass.PERMANENT, "smtp:550")
 
@@ -87,7 +86,7 @@ def test_every_item_is_sent_exactly_once_on_the_happy_path(clock):
     report = deliver_all(make_deliverer(ledger, mailer, clock))
 
     assert report.outcomes == {"sent": 5}
-    assert ledger.state_counts(W42) == {S.SENT: 5}
+    assert ledger.state_counts(W42) == {DeliveryState.SENT: 5}
     assert [mailer.deliveries_for(key_of(n)) for n in range(1, 6)] == [1] * 5
     assert mailer.duplicate_deliveries == 0
     assert failed_invariants(ledger, W42, clock.now()) == []
@@ -130,7 +129,7 @@ def test_sent_item_records_the_provider_message_id_and_a_closed_attempt(clock):
     item = ledger.get(key_of(1))
     assert item is not None
     assert (item.state, item.provider_message_id, item.sent_at, item.attempts) == (
-        S.SENT,
+        DeliveryState.SENT,
         "msg-1",
         T0,
         1,
@@ -159,8 +158,8 @@ def test_delivery_is_limited_to_the_requested_period(clock):
 
     deliver_all(make_deliverer(ledger, mailer, clock), period=W42)
 
-    assert ledger.state_counts(W42) == {S.SENT: 2}
-    assert ledger.state_counts(Period(2026, 43)) == {S.PENDING: 3}
+    assert ledger.state_counts(W42) == {DeliveryState.SENT: 2}
+    assert ledger.state_counts(Period(2026, 43)) == {DeliveryState.PENDING: 3}
 
 
 # --- transient --------------------------------------------------------------------------------
@@ -182,7 +181,7 @@ def test_transient_failure_schedules_retry_after_the_exact_jittered_delay(clock,
 
     item = ledger.get(key_of(1))
     assert item is not None
-    assert (item.state, item.next_attempt_at) == (S.RETRY_SCHEDULED, T0 + delay)
+    assert (item.state, item.next_attempt_at) == (DeliveryState.RETRY_SCHEDULED, T0 + delay)
     assert (item.last_failure_class, item.last_detail, item.budget_used) == (
         FailureClass.TRANSIENT,
         "smtp:421",
@@ -200,7 +199,7 @@ def test_transient_retry_is_not_claimed_before_it_is_due(clock):
     report = deliver_all(deliverer)
 
     assert report.claimed == 0
-    assert state_of(ledger, key_of(1)) is S.RETRY_SCHEDULED
+    assert state_of(ledger, key_of(1)) is DeliveryState.RETRY_SCHEDULED
 
 
 def test_transient_retry_is_sent_once_it_is_due(clock):
@@ -212,7 +211,7 @@ def test_transient_retry_is_sent_once_it_is_due(clock):
 
     deliver_all(deliverer)
 
-    assert state_of(ledger, key_of(1)) is S.SENT
+    assert state_of(ledger, key_of(1)) is DeliveryState.SENT
     assert [a.outcome for a in ledger.attempts(key_of(1))] == ["transient", "sent"]
     assert mailer.deliveries_for(key_of(1)) == 1
     assert failed_invariants(ledger, W42, clock.now()) == []
@@ -228,7 +227,7 @@ def test_transient_failures_until_max_attempts_dead_letter_after_exactly_that_ma
         deliver_all(deliverer)
         clock.advance(timedelta(minutes=5))
 
-    assert state_of(ledger, key_of(1)) is S.DEAD_LETTERED
+    assert state_of(ledger, key_of(1)) is DeliveryState.DEAD_LETTERED
     assert mailer.sends_for(key_of(1)) == 3
     [dead] = ledger.dead_letters(W42)
     assert (dead.reason, dead.attempts, dead.last_failure_class) == (
@@ -247,7 +246,7 @@ def test_retry_that_would_land_past_max_age_dead_letters_the_item(clock):
 
     deliver_all(make_deliverer(ledger, mailer, clock, policy=policy))
 
-    assert state_of(ledger, key_of(1)) is S.DEAD_LETTERED
+    assert state_of(ledger, key_of(1)) is DeliveryState.DEAD_LETTERED
     assert dead_letter_reasons(ledger) == {str(key_of(1)): "max_age"}
     assert mailer.sends_for(key_of(1)) == 1
 
@@ -283,7 +282,7 @@ def test_throttled_failure_honours_retry_after_plus_jitter(clock):
     assert item is not None
     # the provider's wait, plus base * draw (30 s * 0.5) so throttled items do not wake together
     assert (item.state, item.next_attempt_at) == (
-        S.RETRY_SCHEDULED,
+        DeliveryState.RETRY_SCHEDULED,
         T0 + timedelta(minutes=10, seconds=15),
     )
 
@@ -320,7 +319,7 @@ def test_throttling_never_exhausts_the_attempt_budget(clock):
         deliver_all(deliverer)
         clock.advance(timedelta(minutes=1))
 
-    assert state_of(ledger, key_of(1)) is S.SENT
+    assert state_of(ledger, key_of(1)) is DeliveryState.SENT
     assert mailer.sends_for(key_of(1)) == 5
     assert ledger.dead_letters(W42) == []
 
@@ -334,7 +333,7 @@ def test_permanent_failure_fails_the_item_with_a_permanent_dead_letter(clock):
 
     deliver_all(make_deliverer(ledger, mailer, clock))
 
-    assert state_of(ledger, key_of(1)) is S.FAILED
+    assert state_of(ledger, key_of(1)) is DeliveryState.FAILED
     assert dead_letter_reasons(ledger) == {str(key_of(1)): "permanent"}
     assert failed_invariants(ledger, W42, clock.now()) == []
 
@@ -347,7 +346,7 @@ def test_render_error_fails_the_item_without_calling_the_mailer(clock):
 
     item = ledger.get(key_of(1))
     assert item is not None
-    assert (item.state, item.last_detail) == (S.FAILED, "render_error")
+    assert (item.state, item.last_detail) == (DeliveryState.FAILED, "render_error")
     assert dead_letter_reasons(ledger) == {str(key_of(1)): "permanent"}
     assert mailer.sends == 0
 
@@ -367,7 +366,7 @@ def test_failed_item_is_never_retried_by_later_runs(clock, cause):
         clock.advance(timedelta(hours=2))
         assert deliver_all(deliverer).claimed == 0
 
-    assert state_of(ledger, key_of(1)) is S.FAILED
+    assert state_of(ledger, key_of(1)) is DeliveryState.FAILED
     assert mailer.sends == sends_before
 
 
@@ -383,7 +382,7 @@ def test_timeout_after_accept_is_unknown_never_retry_scheduled(clock):
     item = ledger.get(key_of(1))
     assert item is not None
     assert (item.state, item.next_attempt_at, item.last_failure_class) == (
-        S.UNKNOWN,
+        DeliveryState.UNKNOWN,
         None,
         FailureClass.UNKNOWN,
     )
@@ -401,7 +400,7 @@ def test_unknown_item_is_not_resent_by_later_delivery_runs(clock):
         clock.advance(timedelta(hours=1))
         deliver_all(deliverer)
 
-    assert state_of(ledger, key_of(1)) is S.UNKNOWN
+    assert state_of(ledger, key_of(1)) is DeliveryState.UNKNOWN
     assert mailer.sends_for(key_of(1)) == 1
 
 
@@ -415,7 +414,10 @@ def test_mailer_raising_an_ordinary_exception_is_unknown_not_retried_blindly(clo
 
     item = ledger.get(key_of(1))
     assert item is not None
-    assert (item.state, item.last_detail) == (S.UNKNOWN, "mailer_raised:ConnectionResetError")
+    assert (item.state, item.last_detail) == (
+        DeliveryState.UNKNOWN,
+        "mailer_raised:ConnectionResetError",
+    )
     assert mailer.calls == 1
     assert [a.outcome for a in ledger.attempts(key_of(1))] == ["unknown"]
     assert failed_invariants(ledger, W42, clock.now()) == []
@@ -427,9 +429,9 @@ def test_composer_bug_fails_only_that_item_and_the_run_goes_on(clock):
 
     deliver_all(make_deliverer(ledger, mailer, clock, composer=composer), batch_size=1)
 
-    assert (state_of(ledger, key_of(1)), mailer.sends_for(key_of(1))) == (S.FAILED, 0)
+    assert (state_of(ledger, key_of(1)), mailer.sends_for(key_of(1))) == (DeliveryState.FAILED, 0)
     assert [a.finished_at for a in ledger.attempts(key_of(1))] == [clock.now()]
-    assert ledger.state_counts(W42) == {S.FAILED: 1, S.SENT: 2}
+    assert ledger.state_counts(W42) == {DeliveryState.FAILED: 1, DeliveryState.SENT: 2}
 
 
 # --- the delivery window ----------------------------------------------------------------------
@@ -477,7 +479,7 @@ def test_item_claimed_just_before_the_window_closes_is_still_sent(clock):
 
     deliver_all(make_deliverer(ledger, mailer, clock, policy=policy))
 
-    assert state_of(ledger, key_of(1)) is S.SENT
+    assert state_of(ledger, key_of(1)) is DeliveryState.SENT
 
 
 # --- lost races -------------------------------------------------------------------------------
@@ -496,7 +498,7 @@ def test_worker_whose_lease_was_taken_over_does_not_send(clock):
     assert outcome == "lost_race"
     assert mailer.deliveries_for(key_of(1)) == 1
     assert mailer.sends == 1
-    assert state_of(ledger, key_of(1)) is S.SENT
+    assert state_of(ledger, key_of(1)) is DeliveryState.SENT
 
 
 # --- batching and bounds ----------------------------------------------------------------------
@@ -522,7 +524,10 @@ def test_max_items_bounds_the_claims_of_one_run(clock, max_items, batch_size, cl
 
     assert report.claimed == claimed
     counts = ledger.state_counts(W42)
-    assert (counts.get(S.SENT, 0), counts.get(S.PENDING, 0)) == (claimed, 10 - claimed)
+    assert (counts.get(DeliveryState.SENT, 0), counts.get(DeliveryState.PENDING, 0)) == (
+        claimed,
+        10 - claimed,
+    )
     assert mailer.sends == claimed
 
 
@@ -539,7 +544,7 @@ def test_batch_size_bounds_each_claim(clock, batch_size):
     )
 
     assert report.claimed == batch_size
-    assert ledger.state_counts(W42).get(S.SENT) == batch_size
+    assert ledger.state_counts(W42).get(DeliveryState.SENT) == batch_size
 
 
 def test_should_continue_stops_before_the_first_claim(clock):
@@ -553,7 +558,7 @@ def test_should_continue_stops_before_the_first_claim(clock):
     )
 
     assert report.claimed == 0
-    assert ledger.state_counts(W42) == {S.PENDING: 3}
+    assert ledger.state_counts(W42) == {DeliveryState.PENDING: 3}
 
 
 # --- many workers, mixed outcomes -------------------------------------------------------------
@@ -596,11 +601,11 @@ def test_concurrent_workers_leave_every_item_visible_with_invariants_holding(clo
     assert report.claimed == 200
     assert report.lost_races == 0
     expected = {
-        "transient": S.RETRY_SCHEDULED,
-        "throttled": S.RETRY_SCHEDULED,
-        "permanent": S.FAILED,
-        "unknown": S.UNKNOWN,
-        "sent": S.SENT,
+        "transient": DeliveryState.RETRY_SCHEDULED,
+        "throttled": DeliveryState.RETRY_SCHEDULED,
+        "permanent": DeliveryState.FAILED,
+        "unknown": DeliveryState.UNKNOWN,
+        "sent": DeliveryState.SENT,
     }
     for group, numbers in groups.items():
         assert {state_of(ledger, key_of(n)) for n in numbers} == {expected[group]}, group
@@ -620,7 +625,11 @@ def test_concurrent_workers_send_each_key_at_most_once_across_retries(clock):
     assert {mailer.deliveries_for(key_of(n)) for n in delivered_once} == {1}
     assert {mailer.deliveries_for(key_of(n)) for n in groups["permanent"]} == {0}
     assert mailer.duplicate_deliveries == 0
-    assert ledger.state_counts(W42) == {S.SENT: 160, S.FAILED: 20, S.UNKNOWN: 20}
+    assert ledger.state_counts(W42) == {
+        DeliveryState.SENT: 160,
+        DeliveryState.FAILED: 20,
+        DeliveryState.UNKNOWN: 20,
+    }
     assert failed_invariants(ledger, W42, clock.now()) == []
 
 
@@ -682,7 +691,7 @@ def test_resend_of_an_unknown_that_runs_out_of_bounds_is_dead_lettered_unresolve
         deliver_all(deliverer)
         clock.advance(timedelta(minutes=5))
 
-    assert state_of(ledger, key_of(1)) is S.DEAD_LETTERED
+    assert state_of(ledger, key_of(1)) is DeliveryState.DEAD_LETTERED
     [dead] = ledger.dead_letters(W42)
     assert dead.reason == "unknown_unresolved"
     assert mailer.deliveries_for(key_of(1)) == 1
@@ -699,7 +708,7 @@ def test_claim_released_after_a_lost_start_is_never_requeued_with_an_attempt_in_
     outcome = make_deliverer(ledger, mailer, clock, owner="w1").deliver_one(claim)
 
     assert outcome == "lost_race"
-    assert state_of(ledger, key_of(1)) is S.CLAIMED  # left for the sweeper: → unknown
+    assert state_of(ledger, key_of(1)) is DeliveryState.CLAIMED  # left for the sweeper: → unknown
     assert ledger.recover_expired_leases(clock.now()).unknown == (key_of(1),)
     assert mailer.sends == 0
 

@@ -13,8 +13,6 @@ from digest_pipeline_tests.builders import failed_invariants, frozen_ledger, key
 from digest_pipeline_tests.conftest import T0, W42
 from digest_pipeline_tests.fakes import FakeLedger
 
-S = DeliveryState
-
 
 def test_one_pending_item_per_selected_customer(clock):
     ledger = frozen_ledger(3, enqueue=False)
@@ -23,7 +21,7 @@ def test_one_pending_item_per_selected_customer(clock):
 
     assert receipt == EnqueueReceipt(created=3, existing=0)
     assert [(i.key, i.state) for i in ledger.items(W42)] == [
-        (key_of(n), S.PENDING) for n in (1, 2, 3)
+        (key_of(n), DeliveryState.PENDING) for n in (1, 2, 3)
     ]
 
 
@@ -56,7 +54,7 @@ def test_rerun_does_not_reset_an_item_already_in_progress(clock):
 
     enqueue_period(ledger, clock, W42)
 
-    assert ledger.state_counts(W42) == {S.CLAIMED: 1, S.PENDING: 1}
+    assert ledger.state_counts(W42) == {DeliveryState.CLAIMED: 1, DeliveryState.PENDING: 1}
 
 
 def test_enqueue_before_the_snapshot_raises_snapshot_missing(clock):

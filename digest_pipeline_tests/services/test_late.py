@@ -21,7 +21,6 @@ from digest_pipeline_tests.builders import (
 from digest_pipeline_tests.conftest import W42
 from digest_pipeline_tests.fakes import FakeMailer, FixedClock
 
-S = DeliveryState
 POLICY = DeliveryPolicy()
 CLOSED = POLICY.closes_at(W42) + timedelta(hours=1)
 
@@ -52,7 +51,7 @@ def test_a_grant_is_audited_and_delivers_the_week_inside_its_late_window():
     assert closes == CLOSED + POLICY.late_window
     [entry] = ledger.audit_log(W42)
     assert (entry.actor, entry.action, entry.reason) == ("ops", late.LATE_ACTION, "scheduler down")
-    assert ledger.state_counts(W42) == {S.SENT: 3}
+    assert ledger.state_counts(W42) == {DeliveryState.SENT: 3}
     assert late.refusal(ledger, POLICY, W42, clock.now()) is None
     assert failed_invariants(ledger, W42, clock.now()) == []
 
@@ -102,6 +101,6 @@ def test_the_sweep_leaves_a_missed_week_alone_and_delivers_the_others():
 
     assert set(report.refused) == {W42}
     assert report.periods == [w43]
-    assert ledger.state_counts(W42) == {S.PENDING: 2}
-    assert ledger.state_counts(w43) == {S.CLEANED: 3}
+    assert ledger.state_counts(W42) == {DeliveryState.PENDING: 2}
+    assert ledger.state_counts(w43) == {DeliveryState.CLEANED: 3}
     assert ledger.dead_letters(W42) == []

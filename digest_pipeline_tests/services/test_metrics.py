@@ -26,7 +26,6 @@ from digest_pipeline_tests.builders import (
 from digest_pipeline_tests.conftest import T0, W42
 from digest_pipeline_tests.fakes import FakeLedger, FakeMailer, FixedClock
 
-S = DeliveryState
 TRANSIENT = SendOutcome.failed(FailureClass.TRANSIENT, "smtp:421")
 PERMANENT = SendOutcome.failed(FailureClass.PERMANENT, "smtp:550")
 
@@ -152,7 +151,7 @@ class EnqueuedApart(FakeLedger):
         self._gap = gap
 
     def iter_items(
-        self, period: Period, states: Iterable[S] | None = None, page: int = 1_000
+        self, period: Period, states: Iterable[DeliveryState] | None = None, page: int = 1_000
     ) -> Iterator[WorkItem]:
         for i in super().iter_items(period, states, page):
             n = int(i.customer_id.rsplit("-", 1)[1])

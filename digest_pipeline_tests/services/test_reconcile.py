@@ -25,7 +25,6 @@ from digest_pipeline_tests.builders import (
 from digest_pipeline_tests.conftest import T0, W42
 from digest_pipeline_tests.fakes import FakeLedger, FakeMailer, FixedClock
 
-S = DeliveryState
 POLICY = DeliveryPolicy()
 #: a timeout the provider never processed: the caller cannot tell it from an accepted one
 TIMEOUT_NOT_ACCEPTED = SendOutcome.failed(FailureClass.UNKNOWN, "timeout_after_send")
@@ -47,7 +46,7 @@ def unknown_item(clock: FixedClock, mailer: FakeMailer, *, accepted: bool) -> Fa
     else:
         mailer.script(key_of(1), TIMEOUT_NOT_ACCEPTED)
     deliver_all(make_deliverer(ledger, mailer, clock, policy=POLICY))
-    assert state_of(ledger, key_of(1)) is S.UNKNOWN
+    assert state_of(ledger, key_of(1)) is DeliveryState.UNKNOWN
     return ledger
 
 
@@ -63,14 +62,16 @@ def unknown_with_a_late_result(
     assert ledger.recover_expired_leases(clock.now()).unknown == (key_of(1),)
     with pytest.raises(LostRace):
         ledger.complete(
-            ticket, outcome, Transition(key_of(1), S.CLAIMED, claim.token, target, clock.now())
+            ticket,
+            outcome,
+            Transition(key_of(1), DeliveryState.CLAIMED, claim.token, target, clock.now()),
         )
     return ledger
 
 
 def unknown_with_late_confirmation(clock: FixedClock) -> FakeLedger:
     """... and the outcome was the provider's confirmation."""
-    return unknown_with_a_late_result(clock, SendOutcome.sent("msg-late"), S.SENT)
+    return unknown_with_a_late_result(clock, SendOutcome.sent("msg-late"), DeliveryState.SENT)
 
 
 def reconcile(ledger: FakeLedger, mailer: FakeMailer, clock: FixedClock):
@@ -87,7 +88,7 @@ def test_attempt_already_confirmed_in_the_ledger_makes_the_item_sent(clock):
 
     item = ledger.get(key_of(1))
     assert item is not None
-    assert (item.state, item.provider_message_id) == (S.SENT, "msg-late")
+    assert (item.state, item.provider_message_id) == (DeliveryState.SENT, "msg-late")
     assert report.evidence == {"ledger_attempt": 1}
     assert failed_invariants(ledger, W42, clock.now()) == []
 
@@ -103,7 +104,7 @@ def test_lookup_found_makes_the_item_sent_with_the_provider_id(clock):
 
     item = ledger.get(key_of(1))
     assert item is not None
-    assert (item.state, item.provider_message_id) == (S.SENT, "msg-1")
+    assert (item.state, item.provider_message_id) == (DeliveryState.SENT, "msg-1")
     assert report.evidence == {"mailer_lookup_found": 1}
     assert mailer.deliveries_for(key_of(1)) == 1
     assert failed_invariants(ledger, W42, clock.now()) == []
@@ -118,7 +119,7 @@ def test_lookup_not_found_schedules_a_retry_due_now(clock):
 
     item = ledger.get(key_of(1))
     assert item is not None
-    assert (item.state, item.next_attempt_at) == (S.RETRY_SCHEDULED, clock.now())
+    assert (item.state, item.next_attempt_at) == (DeliveryState.RETRY_SCHEDULED, clock.now())
     assert report.evidence == {"mailer_lookup_not_found": 1}
 
 
@@ -129,7 +130,7 @@ def test_retry_after_lookup_not_found_delivers_exactly_once(clock):
 
     deliver_all(make_deliverer(ledger, mailer, clock, policy=POLICY))
 
-    assert state_of(ledger, key_of(1)) is S.SENT
+    assert state_of(ledger, key_of(1)) is DeliveryState.SENT
     assert mailer.deliveries_for(key_of(1)) == 1
     assert failed_invariants(ledger, W42, clock.now()) == []
 
@@ -142,7 +143,7 @@ def test_idempotent_mailer_without_lookup_inside_its_window_schedules_a_resend(c
 
     item = ledger.get(key_of(1))
     assert item is not None
-    assert (item.state, item.next_attempt_at) == (S.RETRY_SCHEDULED, clock.now())
+    assert (item.state, item.next_attempt_at) == (DeliveryState.RETRY_SCHEDULED, clock.now())
     assert report.evidence == {"idempotent_resend": 1}
 
 
@@ -153,7 +154,7 @@ def test_idempotent_resend_does_not_deliver_a_second_time(clock):
 
     deliver_all(make_deliverer(ledger, mailer, clock, policy=POLICY))
 
-    assert state_of(ledger, key_of(1)) is S.SENT
+    assert state_of(ledger, key_of(1)) is DeliveryState.SENT
     assert mailer.deliveries_for(key_of(1)) == 1
     assert (mailer.duplicate_deliveries, mailer.suppressed_duplicates) == (0, 1)
     assert [(a.outcome, a.duplicate) for a in ledger.attempts(key_of(1))] == [
@@ -167,7 +168,7 @@ def test_resend_claimed_after_the_idempotency_window_does_not_deliver_again(cloc
     mailer = FakeMailer(can_lookup=False, idempotency_window=timedelta(hours=24), clock=clock)
     ledger = unknown_item(clock, mailer, accepted=True)
     reconcile(ledger, mailer, clock)
-    assert state_of(ledger, key_of(1)) is S.RETRY_SCHEDULED
+    assert state_of(ledger, key_of(1)) is DeliveryState.RETRY_SCHEDULED
     clock.advance(timedelta(hours=25))  # the workers were down for a day
 
     deliver_all(make_deliverer(ledger, mailer, clock, policy=POLICY))
@@ -182,9 +183,9 @@ def test_resend_claimed_after_the_idempotency_window_does_not_deliver_again(cloc
     ("waited", "state"),
     [
         # the resend must reach the provider a lease before its window (24 h) ends
-        (timedelta(hours=24) - POLICY.lease - timedelta(seconds=1), S.RETRY_SCHEDULED),
-        (timedelta(hours=24) - POLICY.lease, S.UNKNOWN),
-        (timedelta(hours=25), S.UNKNOWN),
+        (timedelta(hours=24) - POLICY.lease - timedelta(seconds=1), DeliveryState.RETRY_SCHEDULED),
+        (timedelta(hours=24) - POLICY.lease, DeliveryState.UNKNOWN),
+        (timedelta(hours=25), DeliveryState.UNKNOWN),
     ],
 )
 def test_idempotent_resend_only_well_inside_the_window(clock, waited, state):
@@ -204,7 +205,7 @@ def test_non_idempotent_mailer_without_lookup_leaves_the_item_unknown(clock):
 
     report = reconcile(ledger, mailer, clock)
 
-    assert state_of(ledger, key_of(1)) is S.UNKNOWN
+    assert state_of(ledger, key_of(1)) is DeliveryState.UNKNOWN
     assert (report.examined, report.still_unknown, report.moved) == (1, 1, {})
     assert ledger.audit_log(W42) == []
     assert failed_invariants(ledger, W42, clock.now()) == []
@@ -222,8 +223,8 @@ def test_unknown_item_keeps_its_generated_rows_while_it_waits(clock):
 @pytest.mark.parametrize(
     ("waited", "state"),
     [
-        (POLICY.unknown_retention - timedelta(seconds=1), S.UNKNOWN),
-        (POLICY.unknown_retention, S.DEAD_LETTERED),
+        (POLICY.unknown_retention - timedelta(seconds=1), DeliveryState.UNKNOWN),
+        (POLICY.unknown_retention, DeliveryState.DEAD_LETTERED),
     ],
 )
 def test_unresolved_unknown_is_dead_lettered_after_retention(clock, waited, state):
@@ -254,14 +255,20 @@ def test_dead_lettered_unknown_has_reason_unknown_unresolved_and_keeps_its_rows(
 @pytest.mark.parametrize(
     ("mailer_kwargs", "accepted", "waited", "target", "evidence"),
     [
-        ({}, True, timedelta(0), S.SENT, "mailer_lookup_found"),
-        ({}, False, timedelta(0), S.RETRY_SCHEDULED, "mailer_lookup_not_found"),
-        ({"can_lookup": False}, True, timedelta(0), S.RETRY_SCHEDULED, "idempotent_resend"),
+        ({}, True, timedelta(0), DeliveryState.SENT, "mailer_lookup_found"),
+        ({}, False, timedelta(0), DeliveryState.RETRY_SCHEDULED, "mailer_lookup_not_found"),
+        (
+            {"can_lookup": False},
+            True,
+            timedelta(0),
+            DeliveryState.RETRY_SCHEDULED,
+            "idempotent_resend",
+        ),
         (
             {"can_lookup": False, "idempotent": False},
             True,
             POLICY.unknown_retention,
-            S.DEAD_LETTERED,
+            DeliveryState.DEAD_LETTERED,
             "unknown_unresolved",
         ),
     ],
@@ -280,7 +287,7 @@ def test_every_reconcile_move_writes_an_audit_row(
         ACTOR,
         "reconcile",
         key_of(1),
-        S.UNKNOWN,
+        DeliveryState.UNKNOWN,
         target,
     )
     assert (entry.reason, entry.at) == (f"evidence:{evidence}", clock.now())
@@ -344,7 +351,7 @@ def test_unknown_after_the_window_closed_is_not_turned_into_a_resend_that_cannot
     reconcile(ledger, mailer, clock)
     deliver_all(make_deliverer(ledger, mailer, clock, policy=POLICY))
 
-    assert state_of(ledger, key_of(1)) in {S.UNKNOWN, S.SENT}
+    assert state_of(ledger, key_of(1)) in {DeliveryState.UNKNOWN, DeliveryState.SENT}
     assert [d.reason for d in ledger.dead_letters(W42)] == []
 
 
@@ -354,7 +361,7 @@ def test_unknown_after_the_window_closed_is_not_turned_into_a_resend_that_cannot
 def unknown_after_a_slow_transient_failure(clock: FixedClock) -> FakeLedger:
     """... and the outcome was transient: the ledger itself proves nothing left."""
     refused = SendOutcome.failed(FailureClass.TRANSIENT, "connection_refused")
-    return unknown_with_a_late_result(clock, refused, S.RETRY_SCHEDULED)
+    return unknown_with_a_late_result(clock, refused, DeliveryState.RETRY_SCHEDULED)
 
 
 def test_unknown_whose_attempts_all_closed_as_not_accepted_is_due_again(clock):
@@ -366,10 +373,10 @@ def test_unknown_whose_attempts_all_closed_as_not_accepted_is_due_again(clock):
 
     item = ledger.get(key_of(1))
     assert item is not None
-    assert (item.state, item.next_attempt_at) == (S.RETRY_SCHEDULED, clock.now())
+    assert (item.state, item.next_attempt_at) == (DeliveryState.RETRY_SCHEDULED, clock.now())
     assert report.evidence == {"ledger_attempts_not_accepted": 1}
     deliver_all(make_deliverer(ledger, mailer, clock, policy=POLICY))
-    assert state_of(ledger, key_of(1)) is S.SENT
+    assert state_of(ledger, key_of(1)) is DeliveryState.SENT
     assert mailer.deliveries_for(key_of(1)) == 1
     assert failed_invariants(ledger, W42, clock.now()) == []
 
@@ -380,5 +387,5 @@ def test_an_unknown_attempt_in_the_history_is_not_proof_of_not_sent(clock):
 
     report = reconcile(ledger, mailer, clock)
 
-    assert state_of(ledger, key_of(1)) is S.UNKNOWN
+    assert state_of(ledger, key_of(1)) is DeliveryState.UNKNOWN
     assert report.evidence == {}

@@ -30,7 +30,6 @@ from digest_pipeline_tests.builders import (
 from digest_pipeline_tests.conftest import W42
 from digest_pipeline_tests.fakes import FakeLedger, FakeMailer, FixedClock
 
-S = DeliveryState
 W43 = Period(2026, 43)
 #: one attempt per item, so a transient failure dead-letters at once
 POLICY = DeliveryPolicy(retry=RetryPolicy(max_attempts=1))
@@ -38,7 +37,13 @@ TRANSIENT = SendOutcome.failed(FailureClass.TRANSIENT, "smtp:421")
 PERMANENT = SendOutcome.failed(FailureClass.PERMANENT, "smtp:550")
 
 #: customer number -> the state `period_to_replay` leaves it in
-STATES = {1: S.FAILED, 2: S.DEAD_LETTERED, 3: S.SENT, 4: S.UNKNOWN, 5: S.DEAD_LETTERED}
+STATES = {
+    1: DeliveryState.FAILED,
+    2: DeliveryState.DEAD_LETTERED,
+    3: DeliveryState.SENT,
+    4: DeliveryState.UNKNOWN,
+    5: DeliveryState.DEAD_LETTERED,
+}
 
 
 def period_to_replay(clock: FixedClock, mailer: FakeMailer) -> FakeLedger:
@@ -105,7 +110,7 @@ def test_replay_reopens_a_replayable_key_as_pending(clock, number):
     assert [(line.key, line.state, line.plan) for line in report.lines] == [
         (key_of(number), STATES[number], ReplayPlan.REPLAY)
     ]
-    assert state_of(ledger, key_of(number)) is S.PENDING
+    assert state_of(ledger, key_of(number)) is DeliveryState.PENDING
 
 
 def test_replay_touches_only_the_keys_it_was_given(clock):
@@ -114,8 +119,8 @@ def test_replay_touches_only_the_keys_it_was_given(clock):
 
     replay(ledger, mailer, clock, [key_of(2)])
 
-    assert {n: state_of(ledger, key_of(n)) for n in STATES} == STATES | {2: S.PENDING}
-    assert state_of(ledger, key_of(1, W43)) is S.FAILED
+    assert {n: state_of(ledger, key_of(n)) for n in STATES} == STATES | {2: DeliveryState.PENDING}
+    assert state_of(ledger, key_of(1, W43)) is DeliveryState.FAILED
 
 
 def test_replayed_item_gets_a_fresh_budget_and_is_due_now(clock):
@@ -153,8 +158,8 @@ def test_replay_is_audited_with_operator_and_reason(clock):
 
     entries = ledger.audit_log(W42)
     assert [(e.key, e.actor, e.action, e.from_state, e.to_state) for e in entries] == [
-        (key_of(1), "ana", "replay", S.FAILED, S.PENDING),
-        (key_of(2), "ana", "replay", S.DEAD_LETTERED, S.PENDING),
+        (key_of(1), "ana", "replay", DeliveryState.FAILED, DeliveryState.PENDING),
+        (key_of(2), "ana", "replay", DeliveryState.DEAD_LETTERED, DeliveryState.PENDING),
     ]
     assert all(e.reason.startswith("OPS-7") for e in entries)
 
@@ -168,7 +173,7 @@ def test_replayed_item_is_delivered_by_the_next_run_after_the_window_closed(cloc
     report = deliver_all(make_deliverer(ledger, mailer, clock, policy=POLICY))
 
     assert report.outcomes == {"sent": 1}
-    assert state_of(ledger, key_of(2)) is S.SENT
+    assert state_of(ledger, key_of(2)) is DeliveryState.SENT
     assert mailer.deliveries_for(key_of(2)) == 1
     assert failed_invariants(ledger, W42, clock.now()) == []
 
@@ -184,7 +189,7 @@ def test_replayed_item_is_retried_on_a_fresh_budget(clock):
 
     item = ledger.get(key_of(2))
     assert item is not None
-    assert (item.state, item.budget_used, item.attempts) == (S.RETRY_SCHEDULED, 1, 2)
+    assert (item.state, item.budget_used, item.attempts) == (DeliveryState.RETRY_SCHEDULED, 1, 2)
 
 
 def test_replay_leaves_other_items_undelivered(clock):
@@ -247,11 +252,13 @@ def dead_lettered_with_ledger_evidence(clock: FixedClock) -> FakeLedger:
         ledger.complete(
             ticket,
             SendOutcome.sent("msg-late"),
-            Transition(key_of(1), S.CLAIMED, claim.token, S.SENT, clock.now()),
+            Transition(
+                key_of(1), DeliveryState.CLAIMED, claim.token, DeliveryState.SENT, clock.now()
+            ),
         )
     clock.set(policy.closes_at(W42))
     deliver_all(make_deliverer(ledger, FakeMailer(can_lookup=False), clock, policy=policy))
-    assert state_of(ledger, key_of(1)) is S.DEAD_LETTERED
+    assert state_of(ledger, key_of(1)) is DeliveryState.DEAD_LETTERED
     return ledger
 
 
@@ -264,7 +271,7 @@ def dead_lettered_with_provider_evidence(clock: FixedClock, mailer: FakeMailer) 
     resolve_unknown(ledger, clock, key_of(1), sent=False, reason="looked lost", operator="ana")
     clock.set(policy.closes_at(W42))
     deliver_all(make_deliverer(ledger, mailer, clock, policy=policy))
-    assert state_of(ledger, key_of(1)) is S.DEAD_LETTERED
+    assert state_of(ledger, key_of(1)) is DeliveryState.DEAD_LETTERED
     return ledger
 
 
@@ -276,7 +283,7 @@ def test_key_with_a_confirmed_ledger_attempt_is_reported_already_delivered(clock
     assert [(line.plan, line.evidence) for line in report.lines] == [
         (ReplayPlan.ALREADY_DELIVERED, "ledger_attempt")
     ]
-    assert state_of(ledger, key_of(1)) is S.DEAD_LETTERED
+    assert state_of(ledger, key_of(1)) is DeliveryState.DEAD_LETTERED
     assert report.replayed == 0
 
 
@@ -290,7 +297,7 @@ def test_key_the_provider_found_is_reported_already_delivered_and_not_sent_again
     assert [(line.plan, line.evidence) for line in report.lines] == [
         (ReplayPlan.ALREADY_DELIVERED, "mailer_lookup_found")
     ]
-    assert state_of(ledger, key_of(1)) is S.DEAD_LETTERED
+    assert state_of(ledger, key_of(1)) is DeliveryState.DEAD_LETTERED
     assert mailer.sends_for(key_of(1)) == 1
 
 
@@ -304,8 +311,8 @@ def test_skipped_key_is_audited_as_replay_skipped(clock):
     assert (last.actor, last.action, last.from_state, last.to_state) == (
         "bo",
         "replay_skipped",
-        S.DEAD_LETTERED,
-        S.DEAD_LETTERED,
+        DeliveryState.DEAD_LETTERED,
+        DeliveryState.DEAD_LETTERED,
     )
     assert last.reason == "customer asked (evidence:mailer_lookup_found)"
 
@@ -339,7 +346,7 @@ def test_exactly_the_cap_is_replayed(clock):
     report = replay(ledger, mailer, clock, [key_of(n) for n in range(1, 101)])
 
     assert report.replayed == 100
-    assert ledger.state_counts(W42) == {S.PENDING: 100, S.DEAD_LETTERED: 1}
+    assert ledger.state_counts(W42) == {DeliveryState.PENDING: 100, DeliveryState.DEAD_LETTERED: 1}
 
 
 def test_a_repeated_key_counts_once_against_the_cap(clock):
@@ -365,7 +372,7 @@ class RacingLedger(FakeLedger):
     """Another operator replays key 2 between this replay's check and its move."""
 
     def apply(self, transition: Transition) -> None:
-        if transition.key == key_of(2) and transition.target is S.PENDING:
+        if transition.key == key_of(2) and transition.target is DeliveryState.PENDING:
             super().apply(transition)  # the other operator wins
         super().apply(transition)
 
@@ -384,7 +391,7 @@ def test_a_key_moved_meanwhile_is_reported_and_the_other_keys_still_replay(clock
         key_of(2): ReplayPlan.CHANGED_MEANWHILE,
         key_of(5): ReplayPlan.REPLAY,
     }
-    assert {state_of(racing, key_of(n)) for n in (1, 2, 5)} == {S.PENDING}
+    assert {state_of(racing, key_of(n)) for n in (1, 2, 5)} == {DeliveryState.PENDING}
 
 
 @pytest.mark.parametrize(
@@ -460,7 +467,10 @@ def failed_and_possibly_delivered(clock: FixedClock, mailer: FakeMailer) -> Fake
     deliver_all(make_deliverer(ledger, mailer, clock))
     reconcile_period(ledger, mailer, clock, DeliveryPolicy(), W42)
     deliver_all(make_deliverer(ledger, mailer, clock))
-    assert (state_of(ledger, key_of(1)), state_of(ledger, key_of(2))) == (S.FAILED, S.DEAD_LETTERED)
+    assert (state_of(ledger, key_of(1)), state_of(ledger, key_of(2))) == (
+        DeliveryState.FAILED,
+        DeliveryState.DEAD_LETTERED,
+    )
     clock.advance(timedelta(days=1))
     return ledger
 

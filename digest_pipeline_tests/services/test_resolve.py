@@ -19,15 +19,13 @@ from digest_pipeline_tests.builders import (
 from digest_pipeline_tests.conftest import W42
 from digest_pipeline_tests.fakes import FakeLedger, FakeMailer, FixedClock
 
-S = DeliveryState
-
 
 def period_with_unknown(clock: FixedClock, mailer: FakeMailer) -> FakeLedger:
     """Customer 1 `unknown` (the provider never got the request), customer 2 `sent`."""
     ledger = frozen_ledger(2)
     mailer.script(key_of(1), SendOutcome.failed(FailureClass.UNKNOWN, "timeout_after_send"))
     deliver_all(make_deliverer(ledger, mailer, clock))
-    assert state_of(ledger, key_of(1)) is S.UNKNOWN
+    assert state_of(ledger, key_of(1)) is DeliveryState.UNKNOWN
     return ledger
 
 
@@ -39,12 +37,18 @@ def test_resolving_as_sent_makes_the_item_sent(clock):
         ledger, clock, key_of(1), sent=True, reason="seen in provider dashboard", operator="ana"
     )
 
-    assert (item.state, item.sent_at, item.next_attempt_at) == (S.SENT, clock.now(), None)
+    assert (item.state, item.sent_at, item.next_attempt_at) == (
+        DeliveryState.SENT,
+        clock.now(),
+        None,
+    )
     assert ledger.get(key_of(1)) == item
     assert failed_invariants(ledger, W42, clock.now()) == []
 
 
-@pytest.mark.parametrize(("sent", "target"), [(True, S.SENT), (False, S.RETRY_SCHEDULED)])
+@pytest.mark.parametrize(
+    ("sent", "target"), [(True, DeliveryState.SENT), (False, DeliveryState.RETRY_SCHEDULED)]
+)
 def test_resolution_is_audited_with_operator_and_reason(clock, sent, target):
     ledger = period_with_unknown(clock, FakeMailer(clock=clock))
 
@@ -54,7 +58,7 @@ def test_resolution_is_audited_with_operator_and_reason(clock, sent, target):
     assert (entry.actor, entry.action, entry.reason) == ("ana", "resolve", "ticket OPS-12")
     assert (entry.key, entry.from_state, entry.to_state, entry.at) == (
         key_of(1),
-        S.UNKNOWN,
+        DeliveryState.UNKNOWN,
         target,
         clock.now(),
     )
@@ -68,7 +72,7 @@ def test_resolving_as_not_sent_schedules_a_retry_due_now(clock):
         ledger, clock, key_of(1), sent=False, reason="bounced upstream", operator="ana"
     )
 
-    assert (item.state, item.next_attempt_at) == (S.RETRY_SCHEDULED, clock.now())
+    assert (item.state, item.next_attempt_at) == (DeliveryState.RETRY_SCHEDULED, clock.now())
 
 
 def test_next_delivery_after_not_sent_uses_the_same_operation_key(clock):
@@ -82,7 +86,7 @@ def test_next_delivery_after_not_sent_uses_the_same_operation_key(clock):
     assert idempotency_key == str(key_of(1))
     assert dict(message.headers)["X-Digest-Operation-Key"] == str(key_of(1))
     assert {a.key for a in ledger.attempts(key_of(1))} == {key_of(1)}
-    assert state_of(ledger, key_of(1)) is S.SENT
+    assert state_of(ledger, key_of(1)) is DeliveryState.SENT
     assert failed_invariants(ledger, W42, clock.now()) == []
 
 

@@ -28,7 +28,6 @@ from digest_pipeline_tests.builders import (
 from digest_pipeline_tests.conftest import W42
 from digest_pipeline_tests.fakes import FakeLedger, FakeMailer
 
-S = DeliveryState
 W43 = Period(2026, 43)
 TAMPERED = "tampered@example.com"
 POLICY = DeliveryPolicy()
@@ -88,7 +87,7 @@ def test_a_claim_taken_before_the_tamper_is_given_back_unsent(clock):
     assert mailer.sends == 0
     item = ledger.get(claim.key)
     assert item is not None
-    assert (item.state, item.attempts) == (S.RETRY_SCHEDULED, 0)
+    assert (item.state, item.attempts) == (DeliveryState.RETRY_SCHEDULED, 0)
     assert item.next_attempt_at == clock.now()  # still due, once the snapshot is restored
     assert ledger.attempts(claim.key) == []
 
@@ -118,7 +117,7 @@ def test_a_period_tampered_after_the_worker_checked_it_is_refused_at_the_next_le
         deliver_due(deliverer, batch_size=4, concurrency=1, period=W42)
 
     assert mailer.sends == 1
-    assert [state_of(ledger, key_of(n)) for n in (2, 3, 4)] == [S.PENDING] * 3
+    assert [state_of(ledger, key_of(n)) for n in (2, 3, 4)] == [DeliveryState.PENDING] * 3
 
 
 def test_cleanup_refuses_a_tampered_period_and_cleans_nothing(clock):
@@ -131,7 +130,7 @@ def test_cleanup_refuses_a_tampered_period_and_cleans_nothing(clock):
 
     assert_refusal(refused.value)
     assert ledger.cleanups == []
-    assert [state_of(ledger, key_of(n)) for n in (1, 2, 3)] == [S.SENT] * 3
+    assert [state_of(ledger, key_of(n)) for n in (1, 2, 3)] == [DeliveryState.SENT] * 3
     assert all(ledger.digest_rows(key_of(n)) for n in (1, 2, 3))
 
 
@@ -151,7 +150,7 @@ def test_a_sweep_reports_a_tampered_period_and_goes_on_with_the_others(clock):
     assert ledger.items(W42) == before
     assert all(m.key.period == W43 for m in mailer.sent_messages)
     assert TAMPERED not in [m.recipient for m in mailer.sent_messages]
-    assert [state_of(ledger, key_of(n, W43)) for n in (1, 2)] == [S.CLEANED] * 2
+    assert [state_of(ledger, key_of(n, W43)) for n in (1, 2)] == [DeliveryState.CLEANED] * 2
     assert W42 not in report.cleaned
 
 

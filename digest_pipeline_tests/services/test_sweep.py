@@ -22,7 +22,6 @@ from digest_pipeline_tests.builders import (
 from digest_pipeline_tests.conftest import W42
 from digest_pipeline_tests.fakes import FakeLedger, FakeMailer, FixedClock, WorkerCrash
 
-S = DeliveryState
 POLICY = DeliveryPolicy()
 W43 = Period(2026, 43)
 
@@ -52,7 +51,7 @@ def test_claim_that_never_started_an_attempt_is_requeued_and_delivered(clock):
     report = run_sweep(make_deliverer(ledger, mailer, clock, policy=POLICY))
 
     assert (report.recovered.requeued, report.recovered.unknown) == ((key_of(1),), ())
-    assert state_of(ledger, key_of(1)) is S.CLEANED
+    assert state_of(ledger, key_of(1)) is DeliveryState.CLEANED
     assert mailer.deliveries_for(key_of(1)) == 1
     assert failed_invariants(ledger, W42, clock.now()) == []
 
@@ -65,7 +64,7 @@ def test_lease_that_has_not_expired_is_left_to_its_worker(clock):
     report = run_sweep(make_deliverer(ledger, mailer, clock, policy=POLICY))
 
     assert report.recovered.requeued == ()
-    assert state_of(ledger, key_of(1)) is S.CLAIMED
+    assert state_of(ledger, key_of(1)) is DeliveryState.CLAIMED
     assert mailer.sends == 0
 
 
@@ -75,7 +74,7 @@ def crashed_after_accept(clock: FixedClock, mailer: FakeMailer) -> FakeLedger:
     mailer.script_crash_after_accept(key_of(1))
     with pytest.raises(WorkerCrash):
         deliver_all(make_deliverer(ledger, mailer, clock, policy=POLICY))
-    assert state_of(ledger, key_of(1)) is S.CLAIMED
+    assert state_of(ledger, key_of(1)) is DeliveryState.CLAIMED
     return ledger
 
 
@@ -88,7 +87,7 @@ def test_crash_with_an_open_attempt_becomes_unknown_then_is_reconciled_by_lookup
 
     assert report.recovered.unknown == (key_of(1),)
     assert report.reconciled[W42].evidence == {"mailer_lookup_found": 1}
-    assert state_of(ledger, key_of(1)) is S.CLEANED
+    assert state_of(ledger, key_of(1)) is DeliveryState.CLEANED
     assert mailer.deliveries_for(key_of(1)) == 1
     assert mailer.sends == 1
     assert failed_invariants(ledger, W42, clock.now()) == []
@@ -101,7 +100,7 @@ def test_crash_with_an_open_attempt_stays_unknown_without_evidence(clock):
 
     run_sweep(make_deliverer(ledger, mailer, clock, policy=POLICY))
 
-    assert state_of(ledger, key_of(1)) is S.UNKNOWN
+    assert state_of(ledger, key_of(1)) is DeliveryState.UNKNOWN
     assert len(ledger.digest_rows(key_of(1))) == 2
     assert mailer.sends == 1
     assert failed_invariants(ledger, W42, clock.now()) == []
@@ -115,7 +114,7 @@ def test_unknown_the_provider_never_got_is_reconciled_and_delivered_in_one_pass(
     report = run_sweep(make_deliverer(ledger, mailer, clock, policy=POLICY))
 
     assert report.reconciled[W42].evidence == {"mailer_lookup_not_found": 1}
-    assert state_of(ledger, key_of(1)) is S.CLEANED
+    assert state_of(ledger, key_of(1)) is DeliveryState.CLEANED
     assert mailer.deliveries_for(key_of(1)) == 1
 
 
@@ -129,7 +128,7 @@ def test_due_retries_are_delivered_and_cleaned(clock):
     report = run_sweep(deliverer)
 
     assert report.delivered.outcomes == {"sent": 1}
-    assert ledger.state_counts(W42) == {S.CLEANED: 3}
+    assert ledger.state_counts(W42) == {DeliveryState.CLEANED: 3}
     assert report.cleaned[W42].cleaned == 3
 
 
@@ -142,7 +141,7 @@ def test_retries_not_yet_due_wait_for_a_later_sweep(clock):
     report = run_sweep(deliverer)
 
     assert report.delivered.claimed == 0
-    assert state_of(ledger, key_of(1)) is S.RETRY_SCHEDULED
+    assert state_of(ledger, key_of(1)) is DeliveryState.RETRY_SCHEDULED
 
 
 def test_sweep_covers_every_open_period(clock):
@@ -153,8 +152,8 @@ def test_sweep_covers_every_open_period(clock):
 
     assert report.periods == [W42, W43]
     assert (ledger.state_counts(W42), ledger.state_counts(W43)) == (
-        {S.CLEANED: 2},
-        {S.CLEANED: 3},
+        {DeliveryState.CLEANED: 2},
+        {DeliveryState.CLEANED: 3},
     )
 
 
@@ -164,7 +163,7 @@ def test_sweep_without_cleanup_mode_leaves_sent_items_for_the_asset_graph(clock)
     report = run_sweep(make_deliverer(ledger, mailer, clock, policy=POLICY), mode=None)
 
     assert report.cleaned == {}
-    assert ledger.state_counts(W42) == {S.SENT: 2}
+    assert ledger.state_counts(W42) == {DeliveryState.SENT: 2}
 
 
 def mixed_open_period(clock: FixedClock, mailer: FakeMailer) -> FakeLedger:
@@ -189,13 +188,13 @@ def test_sweep_settles_a_mixed_period_with_invariants_holding(clock):
     run_sweep(make_deliverer(ledger, mailer, clock, policy=POLICY))
 
     assert {n: state_of(ledger, key_of(n)) for n in range(1, 8)} == {
-        1: S.CLEANED,
-        2: S.CLEANED,
-        3: S.CLEANED,
-        4: S.FAILED,
-        5: S.CLEANED,
-        6: S.CLEANED,
-        7: S.CLEANED,
+        1: DeliveryState.CLEANED,
+        2: DeliveryState.CLEANED,
+        3: DeliveryState.CLEANED,
+        4: DeliveryState.FAILED,
+        5: DeliveryState.CLEANED,
+        6: DeliveryState.CLEANED,
+        7: DeliveryState.CLEANED,
     }
     assert mailer.duplicate_deliveries == 0
     assert failed_invariants(ledger, W42, clock.now()) == []
@@ -234,7 +233,7 @@ def test_worker_returns_only_after_every_claim_it_took_has_a_visible_state(clock
 
     deliver_due(deliverer, batch_size=4, concurrency=1)
 
-    assert S.CLAIMED not in ledger.state_counts(W42)
+    assert DeliveryState.CLAIMED not in ledger.state_counts(W42)
     assert failed_invariants(ledger, W42, clock.now()) == []
 
 
@@ -245,7 +244,7 @@ def test_sweep_delivers_claims_that_expired_in_a_slow_batch_exactly_once(clock):
 
     sweep(deliverer, batch_size=1, concurrency=1)
 
-    assert ledger.state_counts(W42) == {S.CLEANED: 4}
+    assert ledger.state_counts(W42) == {DeliveryState.CLEANED: 4}
     assert {mailer.deliveries_for(key_of(n)) for n in range(1, 5)} == {1}
     assert failed_invariants(ledger, W42, clock.now()) == []
 

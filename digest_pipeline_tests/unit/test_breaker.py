@@ -10,11 +10,10 @@ from digest_pipeline.domain.breaker import (
 )
 from digest_pipeline.domain.failures import FailureClass, SendOutcome
 
-F = FailureClass
 SENT = SendOutcome.sent("pm-1")
 
 
-def failed(detail: str, fc: FailureClass = F.PERMANENT) -> SendOutcome:
+def failed(detail: str, fc: FailureClass = FailureClass.PERMANENT) -> SendOutcome:
     return SendOutcome.failed(fc, detail)
 
 
@@ -33,7 +32,7 @@ def failed(detail: str, fc: FailureClass = F.PERMANENT) -> SendOutcome:
 )
 def test_credential_refusals_are_told_apart_from_recipient_and_payload_failures(detail, refused):
     assert credentials_refused(failed(detail)) is refused
-    expected = F.TRANSIENT if refused else F.PERMANENT
+    expected = FailureClass.TRANSIENT if refused else FailureClass.PERMANENT
     assert as_retryable(failed(detail)).failure_class is expected
     assert as_retryable(failed(detail)).detail == detail
 
@@ -51,10 +50,10 @@ def test_a_streak_of_the_same_code_opens_the_breaker_at_the_threshold():
 
 def test_a_success_or_another_code_starts_the_streak_again():
     b = Breaker(2)
-    b.record(failed("smtp:421", F.TRANSIENT))
-    b.record(failed("smtp:451", F.TRANSIENT))
+    b.record(failed("smtp:421", FailureClass.TRANSIENT))
+    b.record(failed("smtp:451", FailureClass.TRANSIENT))
     b.record(SENT)
-    b.record(failed("smtp:451", F.TRANSIENT))
+    b.record(failed("smtp:451", FailureClass.TRANSIENT))
     assert (b.open, b.streak) == (False, 1)
 
 
@@ -81,7 +80,7 @@ def test_a_proven_run_is_bounded_only_while_a_streak_runs():
     b = Breaker(20)
     b.record(SENT)
     assert b.room(in_flight=16) is None
-    b.record(failed("http:500", F.TRANSIENT))
+    b.record(failed("http:500", FailureClass.TRANSIENT))
     assert b.room(in_flight=4) == 15
 
 

@@ -13,7 +13,6 @@ from digest_pipeline.domain.states import DeliveryState
 from digest_pipeline_tests.builders import key_of
 from digest_pipeline_tests.conftest import T0
 
-S = DeliveryState
 KEY = key_of(1)
 
 
@@ -24,12 +23,16 @@ def attempt(n: int, outcome: str | None, *, duplicate: bool = False, token: int 
     return Attempt(n, KEY, n, token, "w1", at, finished, outcome, None, None, duplicate)
 
 
-def audit(hours: float, action: str, reason: str = "", to: S | None = None) -> AuditEntry:
+def audit(
+    hours: float, action: str, reason: str = "", to: DeliveryState | None = None
+) -> AuditEntry:
     return AuditEntry(T0 + timedelta(hours=hours), "ana", action, KEY, None, to, reason)
 
 
-REPLAY = audit(1.5, "replay", "OPS-1 (mailer_lookup_unsupported)", S.PENDING)
-ACCEPTED = audit(1.5, "replay_possible_duplicate", "OPS-1 (operator accepted …)", S.PENDING)
+REPLAY = audit(1.5, "replay", "OPS-1 (mailer_lookup_unsupported)", DeliveryState.PENDING)
+ACCEPTED = audit(
+    1.5, "replay_possible_duplicate", "OPS-1 (operator accepted …)", DeliveryState.PENDING
+)
 
 
 @pytest.mark.parametrize(
@@ -52,7 +55,7 @@ ACCEPTED = audit(1.5, "replay_possible_duplicate", "OPS-1 (operator accepted …
         # unknown, an operator said not sent, then a resend: one
         (
             [attempt(1, "unknown"), attempt(2, "sent")],
-            [audit(1.5, "resolve", "relay log", S.RETRY_SCHEDULED)],
+            [audit(1.5, "resolve", "relay log", DeliveryState.RETRY_SCHEDULED)],
             1,
         ),
         # unknown, then a replay, then a send: possibly two
@@ -61,7 +64,7 @@ ACCEPTED = audit(1.5, "replay_possible_duplicate", "OPS-1 (operator accepted …
         # unknown, a replay the lookup cleared, then a send: one
         (
             [attempt(1, "unknown"), attempt(2, "sent")],
-            [audit(1.5, "replay", "OPS-1 (mailer_lookup_not_found)", S.PENDING)],
+            [audit(1.5, "replay", "OPS-1 (mailer_lookup_not_found)", DeliveryState.PENDING)],
             1,
         ),
         # unknown, a replay, then the provider recognised the key: one
@@ -91,7 +94,7 @@ def test_an_open_attempt_of_the_live_claim_is_in_flight_not_uncertain():
 
 def test_unsettled_attempts_are_the_uncertain_ones_no_evidence_cleared():
     history = [attempt(1, "unknown"), attempt(2, "permanent"), attempt(3, "unknown")]
-    cleared_first = [audit(1.5, "resolve", "looked lost", S.RETRY_SCHEDULED)]
+    cleared_first = [audit(1.5, "resolve", "looked lost", DeliveryState.RETRY_SCHEDULED)]
 
     assert [a.number for a in unsettled_uncertain_attempts(history, [])] == [1, 3]
     assert [a.number for a in unsettled_uncertain_attempts(history, cleared_first)] == [3]

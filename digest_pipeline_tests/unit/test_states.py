@@ -14,28 +14,35 @@ from digest_pipeline.domain.states import (
     check_transition,
 )
 
-S = DeliveryState
-
 # Design §3, written out here independently of states.py so a change to either shows up.
 EXPECTED_ALLOWED: frozenset[tuple[DeliveryState, DeliveryState]] = frozenset(
     {
-        (S.PENDING, S.CLAIMED),  # a worker claims a new item
-        (S.CLAIMED, S.SENT),  # the provider confirmed the message
-        (S.SENT, S.CLEANED),  # cleanup removed the generated rows
+        (DeliveryState.PENDING, DeliveryState.CLAIMED),  # a worker claims a new item
+        (DeliveryState.CLAIMED, DeliveryState.SENT),  # the provider confirmed the message
+        (DeliveryState.SENT, DeliveryState.CLEANED),  # cleanup removed the generated rows
         (
-            S.CLAIMED,
-            S.RETRY_SCHEDULED,
+            DeliveryState.CLAIMED,
+            DeliveryState.RETRY_SCHEDULED,
         ),  # transient/throttled failure, or an expired unstarted claim
-        (S.RETRY_SCHEDULED, S.CLAIMED),  # a due retry is claimed again
-        (S.CLAIMED, S.UNKNOWN),  # the request may have reached the provider
-        (S.UNKNOWN, S.SENT),  # reconciliation found evidence of the send
-        (S.UNKNOWN, S.RETRY_SCHEDULED),  # reconciliation may resend with the same key
-        (S.UNKNOWN, S.DEAD_LETTERED),  # unresolved past retention
-        (S.CLAIMED, S.FAILED),  # permanent failure
-        (S.CLAIMED, S.DEAD_LETTERED),  # states.py addition: the failing attempt exhausted a bound
-        (S.RETRY_SCHEDULED, S.DEAD_LETTERED),  # a bound was hit while waiting
-        (S.DEAD_LETTERED, S.PENDING),  # operator replay
-        (S.FAILED, S.PENDING),  # operator replay
+        (DeliveryState.RETRY_SCHEDULED, DeliveryState.CLAIMED),  # a due retry is claimed again
+        (DeliveryState.CLAIMED, DeliveryState.UNKNOWN),  # the request may have reached the provider
+        (DeliveryState.UNKNOWN, DeliveryState.SENT),  # reconciliation found evidence of the send
+        (
+            DeliveryState.UNKNOWN,
+            DeliveryState.RETRY_SCHEDULED,
+        ),  # reconciliation may resend with the same key
+        (DeliveryState.UNKNOWN, DeliveryState.DEAD_LETTERED),  # unresolved past retention
+        (DeliveryState.CLAIMED, DeliveryState.FAILED),  # permanent failure
+        (
+            DeliveryState.CLAIMED,
+            DeliveryState.DEAD_LETTERED,
+        ),  # states.py addition: the failing attempt exhausted a bound
+        (
+            DeliveryState.RETRY_SCHEDULED,
+            DeliveryState.DEAD_LETTERED,
+        ),  # a bound was hit while waiting
+        (DeliveryState.DEAD_LETTERED, DeliveryState.PENDING),  # operator replay
+        (DeliveryState.FAILED, DeliveryState.PENDING),  # operator replay
     }
 )
 
@@ -71,7 +78,7 @@ def test_transition_table_matches_the_design():
 
 def test_invalid_transition_message_names_both_states():
     with pytest.raises(InvalidTransition, match="failed -> sent"):
-        check_transition(S.FAILED, S.SENT)
+        check_transition(DeliveryState.FAILED, DeliveryState.SENT)
 
 
 def test_invalid_transition_is_a_digest_error():
@@ -103,28 +110,31 @@ def test_states_are_exactly_the_designs_eight():
 
 
 def test_claimable_states_are_pending_and_retry_scheduled():
-    assert frozenset({S.PENDING, S.RETRY_SCHEDULED}) == CLAIMABLE
+    assert frozenset({DeliveryState.PENDING, DeliveryState.RETRY_SCHEDULED}) == CLAIMABLE
 
 
 def test_terminal_states_are_cleaned_failed_and_dead_lettered():
-    assert frozenset({S.CLEANED, S.FAILED, S.DEAD_LETTERED}) == TERMINAL
+    assert (
+        frozenset({DeliveryState.CLEANED, DeliveryState.FAILED, DeliveryState.DEAD_LETTERED})
+        == TERMINAL
+    )
 
 
 def test_replayable_states_are_failed_and_dead_lettered():
-    assert frozenset({S.FAILED, S.DEAD_LETTERED}) == REPLAYABLE
+    assert frozenset({DeliveryState.FAILED, DeliveryState.DEAD_LETTERED}) == REPLAYABLE
 
 
 @pytest.mark.parametrize("state", sorted(CLAIMABLE), ids=lambda s: s.value)
 def test_every_claimable_state_may_move_to_claimed(state):
-    check_transition(state, S.CLAIMED)
+    check_transition(state, DeliveryState.CLAIMED)
 
 
 @pytest.mark.parametrize("state", sorted(REPLAYABLE), ids=lambda s: s.value)
 def test_every_replayable_state_may_be_reopened_to_pending(state):
-    check_transition(state, S.PENDING)
+    check_transition(state, DeliveryState.PENDING)
 
 
 @pytest.mark.parametrize("state", sorted(TERMINAL), ids=lambda s: s.value)
 def test_terminal_states_leave_only_by_replay(state):
     exits = {target for current, target in EXPECTED_ALLOWED if current is state}
-    assert exits == ({S.PENDING} if state in REPLAYABLE else set())
+    assert exits == ({DeliveryState.PENDING} if state in REPLAYABLE else set())

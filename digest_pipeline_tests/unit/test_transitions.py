@@ -19,7 +19,6 @@ from digest_pipeline.domain.transitions import (
 from digest_pipeline_tests.builders import key_of
 from digest_pipeline_tests.conftest import T0
 
-S = DeliveryState
 POLICY = DeliveryPolicy()
 offsets = st.integers(min_value=-10 * 86_400, max_value=10 * 86_400).map(
     lambda s: timedelta(seconds=s)
@@ -31,7 +30,7 @@ maybe_offsets = st.none() | offsets
 def claims(draw: st.DrawFn) -> Claim:
     item = WorkItem(
         key_of(draw(st.integers(1, 50))),
-        S.CLAIMED,
+        DeliveryState.CLAIMED,
         created_at=T0 - timedelta(days=1),
         next_attempt_at=None,
         attempts=draw(st.integers(0, 12)),
@@ -70,25 +69,30 @@ def test_an_attempt_moves_its_claim_by_its_outcome_and_never_fails_a_possible_de
         policy=POLICY,
         rand=lambda: jitter,
     )
-    assert (t.key, t.expected, t.token, t.at) == (claim.key, S.CLAIMED, claim.token, T0)
+    assert (t.key, t.expected, t.token, t.at) == (claim.key, DeliveryState.CLAIMED, claim.token, T0)
     if outcome.accepted:
-        assert t.target is S.SENT
+        assert t.target is DeliveryState.SENT
         assert t.provider_message_id == outcome.provider_message_id
         return
-    assert t.target in (S.RETRY_SCHEDULED, S.DEAD_LETTERED, S.FAILED, S.UNKNOWN)
+    assert t.target in (
+        DeliveryState.RETRY_SCHEDULED,
+        DeliveryState.DEAD_LETTERED,
+        DeliveryState.FAILED,
+        DeliveryState.UNKNOWN,
+    )
     assert t.failure_class is outcome.failure_class
     assert t.refund_budget == (outcome.failure_class is FailureClass.THROTTLED)
     if outcome.failure_class is FailureClass.UNKNOWN:
-        assert t.target is S.UNKNOWN
+        assert t.target is DeliveryState.UNKNOWN
     if claim.item.dedupe_until is not None:
         # the first send may have been delivered: never `failed`
-        assert t.target is not S.FAILED
-    if t.target is S.RETRY_SCHEDULED:
+        assert t.target is not DeliveryState.FAILED
+    if t.target is DeliveryState.RETRY_SCHEDULED:
         assert t.next_attempt_at is not None
         # full jitter (design: retry_delay) may draw a zero delay: due at once, never earlier
         assert t.next_attempt_at >= T0
         assert closes_at is None or t.next_attempt_at < closes_at
-    if t.target in (S.DEAD_LETTERED, S.FAILED):
+    if t.target in (DeliveryState.DEAD_LETTERED, DeliveryState.FAILED):
         assert t.dead_letter_reason
 
 
@@ -101,10 +105,10 @@ def test_a_send_is_replaced_only_when_the_window_or_the_dedupe_guarantee_is_gone
     dedupe_gone = dedupe is not None and (closed or T0 + POLICY.lease >= dedupe)
     if dedupe_gone:
         assert t is not None
-        assert t.target is S.UNKNOWN
+        assert t.target is DeliveryState.UNKNOWN
     elif closed:
         assert t is not None
-        assert (t.target, t.dead_letter_reason) == (S.DEAD_LETTERED, "window_closed")
+        assert (t.target, t.dead_letter_reason) == (DeliveryState.DEAD_LETTERED, "window_closed")
     else:
         assert t is None
 
@@ -122,11 +126,11 @@ def test_the_sweeper_runs_exactly_for_due_expired_and_unknown_items(state, due, 
     assert is_due(item, T0) == (state in CLAIMABLE and due is not None and due <= timedelta(0))
     if is_due(item, T0):
         assert why == state.value
-    elif state is S.UNKNOWN:
+    elif state is DeliveryState.UNKNOWN:
         expired = unknown_expired(item, T0, POLICY.unknown_retention)
         assert expired == (item.created_at + POLICY.unknown_retention <= T0)
         assert why == ("unknown_expired" if expired else "unknown")
-    elif state is S.CLAIMED and lease is not None and lease <= timedelta(0):
+    elif state is DeliveryState.CLAIMED and lease is not None and lease <= timedelta(0):
         assert why == "claimed_expired"
     else:
         assert why is None
