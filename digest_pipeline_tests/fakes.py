@@ -24,6 +24,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import ClassVar
 
+from digest_pipeline.domain import transitions
 from digest_pipeline.domain.catalogue import Order, Product
 from digest_pipeline.domain.errors import (
     LostRace,
@@ -583,41 +584,7 @@ class FakeLedger(Ledger):
 
     def _apply_locked(self, t: Transition) -> None:
         """The guarded compare-and-set; validates everything before it changes anything."""
-        item = self._require_locked(t.key)
-        if item.state is not t.expected or item.lease_token != t.token:
-            raise LostRace(
-                f"{t.key}: expected {t.expected.value} with token {t.token};"
-                " another worker or operator changed it first"
-            )
-        clear_lease = t.target is not DeliveryState.CLAIMED
-        budget = item.budget_used - 1 if t.refund_budget else item.budget_used
-        updated = replace(
-            item,
-            state=t.target,
-            next_attempt_at=t.next_attempt_at,
-            lease_owner=None if clear_lease else item.lease_owner,
-            lease_expires_at=None if clear_lease else item.lease_expires_at,
-            last_failure_class=(
-                t.failure_class if t.failure_class is not None else item.last_failure_class
-            ),
-            last_detail=t.detail if t.detail is not None else item.last_detail,
-            provider_message_id=(
-                t.provider_message_id
-                if t.provider_message_id is not None
-                else item.provider_message_id
-            ),
-            sent_at=t.at if t.target is DeliveryState.SENT else item.sent_at,
-            budget_used=0 if t.reopen else budget,
-            window_started_at=None if t.reopen else item.window_started_at,
-            replayed_at=t.at if t.reopen else item.replayed_at,
-            dedupe_until=(
-                None
-                if t.reopen or t.clear_dedupe
-                else t.dedupe_until
-                if t.dedupe_until is not None
-                else item.dedupe_until
-            ),
-        )
+        updated = transitions.apply(self._require_locked(t.key), t)
 
         replayed: list[tuple[int, DeadLetterRecord]] = []
         if t.target is DeliveryState.PENDING:
@@ -674,22 +641,10 @@ class FakeLedger(Ledger):
                     continue
                 if item.lease_expires_at is None or item.lease_expires_at > now:
                     continue
-                lease_cleared = replace(
-                    item, lease_owner=None, lease_expires_at=None, last_detail="lease_expired"
-                )
-                if self._has_open_attempt_locked(item.key, item.lease_token):
-                    self._items[item.key] = replace(
-                        lease_cleared,
-                        state=DeliveryState.UNKNOWN,
-                        last_failure_class=FailureClass.UNKNOWN,
-                        next_attempt_at=None,
-                    )
-                    unknown.append(item.key)
-                else:
-                    self._items[item.key] = replace(
-                        lease_cleared, state=DeliveryState.RETRY_SCHEDULED, next_attempt_at=now
-                    )
-                    requeued.append(item.key)
+                open_attempt = self._has_open_attempt_locked(item.key, item.lease_token)
+                t = transitions.after_lease_expiry(item, open_attempt, now)
+                self._items[item.key] = transitions.apply(item, t)
+                (unknown if t.target is DeliveryState.UNKNOWN else requeued).append(item.key)
             return LeaseRecovery(
                 requeued=tuple(sorted(requeued, key=str)), unknown=tuple(sorted(unknown, key=str))
             )

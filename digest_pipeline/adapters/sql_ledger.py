@@ -44,7 +44,7 @@ from digest_pipeline.adapters.sql_schema import (
 )
 from digest_pipeline.domain.chunks import chunked
 from digest_pipeline.domain.errors import DigestError, LostRace, SnapshotMissing, UnknownWorkItem
-from digest_pipeline.domain.failures import FailureClass, SendOutcome
+from digest_pipeline.domain.failures import SendOutcome
 from digest_pipeline.domain.model import (
     Attempt,
     AttemptTicket,
@@ -52,11 +52,14 @@ from digest_pipeline.domain.model import (
     Claim,
     CleanupMode,
     CleanupReceipt,
+    ClearDedupe,
     DeadLetterRecord,
     DigestRow,
     EnqueueReceipt,
     InvariantResult,
     LeaseRecovery,
+    RefundBudget,
+    Reopen,
     SnapshotEntry,
     SnapshotInfo,
     SnapshotReceipt,
@@ -68,6 +71,7 @@ from digest_pipeline.domain.model import (
 from digest_pipeline.domain.periods import KEY_PREFIX, OperationKey, Period
 from digest_pipeline.domain.regeneration import REGENERABLE, RowReplacement
 from digest_pipeline.domain.states import TERMINAL, DeliveryState, check_transition
+from digest_pipeline.domain.transitions import DETAIL_LENGTH, after_lease_expiry
 from digest_pipeline.ports import Ledger
 
 CHUNK = 5_000
@@ -75,6 +79,8 @@ CHUNK = 5_000
 ANALYZE_AFTER = 1_000
 #: keys per `IN (…)` list: far below every driver's bound-parameter limit
 KEYS = 500
+#: marks a key already moved earlier in the same batch
+_MOVED: Any = object()
 wi = work_items
 #: a throttled attempt gives its budget unit back (one shared expression, so transitions that
 #: refund group into one statement)
@@ -103,18 +109,18 @@ def _update_values(t: Transition) -> dict[str, Any]:
     if t.failure_class is not None:
         values["last_failure_class"] = t.failure_class.value
     if t.detail is not None:
-        values["last_detail"] = t.detail[:200]
+        values["last_detail"] = t.detail[:DETAIL_LENGTH]
     if t.provider_message_id is not None:
         values["provider_message_id"] = t.provider_message_id
     if t.target is DeliveryState.SENT:
         values["sent_at"] = t.at
-    if t.refund_budget:
+    if t.has(RefundBudget):
         values["budget_used"] = REFUND
-    if t.dedupe_until is not None:
-        values["dedupe_until"] = t.dedupe_until
-    if t.reopen:
+    if t.resend_until is not None:
+        values["dedupe_until"] = t.resend_until
+    if t.has(Reopen):
         values |= {"budget_used": 0, "window_started_at": None, "replayed_at": t.at}
-    if t.reopen or t.clear_dedupe:
+    if t.has(Reopen) or t.has(ClearDedupe):
         values["dedupe_until"] = None
     return values
 
@@ -529,21 +535,44 @@ class SqlLedger(Ledger):
     def _apply_many(self, conn: Connection, ts: Sequence[Transition]) -> dict[str, DigestError]:
         """Applies the transitions whose guard holds; returns the others' errors by key.
 
-        The guarded updates go out one statement per shape of values (one for every `sent`, one
-        for every retry, …), not one per item. Only a statement that matched fewer rows than it
-        had transitions costs a read-back, to tell which lost: the rows it did update are
-        locked by this transaction (or SQLite's write lock), so the read sees them as updated.
+        The wave's rows are read and locked first (`FOR UPDATE` on PostgreSQL, the write lock of
+        SQLite's `BEGIN IMMEDIATE`), so which guards hold is read from the rows themselves and
+        cannot change before the updates. The updates then go out one statement per shape of
+        values (one for every `sent`, one for every retry, …), not one per item.
         """
+        current: dict[str, Any] = {}
+        for chunk in chunked(sorted({str(t.key) for t in ts}), KEYS):
+            q = (
+                select(wi.c.operation_key, wi.c.state, wi.c.lease_token)
+                .where(wi.c.operation_key.in_(chunk))
+                .order_by(wi.c.operation_key)
+                .with_for_update()
+            )
+            current.update((r.operation_key, r) for r in conn.execute(q))
+        lost: dict[str, DigestError] = {}
+        holding: list[Transition] = []
+        for t in ts:
+            key = str(t.key)
+            row = current.get(key)
+            if row is None:
+                lost[key] = UnknownWorkItem(f"no work item for {t.key}")
+            elif row is _MOVED or (row.state, row.lease_token) != (t.expected.value, t.token):
+                state = "moved by this batch" if row is _MOVED else row.state
+                lost[key] = LostRace(
+                    f"{t.key}: expected {t.expected.value} with token {t.token}; it is {state}"
+                )
+            else:
+                holding.append(t)
+                current[key] = _MOVED  # a second move of the same key in one batch loses
         # Transitions setting the same columns (and the same expressions) share one statement.
         shapes: dict[tuple[tuple[str, int | None], ...], list[tuple[Transition, dict[str, Any]]]]
         shapes = {}
-        for t in ts:
+        for t in holding:
             values = _update_values(t)
             shape = tuple(
                 (c, id(v) if isinstance(v, ColumnElement) else None) for c, v in values.items()
             )
             shapes.setdefault(shape, []).append((t, values))
-        unsure: list[Transition] = []
         for group in shapes.values():
             stmt = (
                 update(wi)
@@ -568,29 +597,10 @@ class SqlLedger(Ledger):
                 }
                 for t, values in group
             ]
-            if conn.execute(stmt, params).rowcount != len(params):
-                unsure.extend(t for t, _ in group)
-        lost = self._lost(conn, unsure) if unsure else {}
-        self._record_side_rows(conn, [t for t in ts if str(t.key) not in lost])
-        return lost
-
-    def _lost(self, conn: Connection, ts: Sequence[Transition]) -> dict[str, DigestError]:
-        """Which of `ts` did not apply: their rows do not show their target, token and time."""
-        rows: dict[str, Any] = {}
-        for chunk in chunked([str(t.key) for t in ts], KEYS):
-            q = select(wi.c.operation_key, wi.c.state, wi.c.lease_token, wi.c.updated_at)
-            rows.update(
-                (r.operation_key, r) for r in conn.execute(q.where(wi.c.operation_key.in_(chunk)))
-            )
-        lost: dict[str, DigestError] = {}
-        for t in ts:
-            row = rows.get(str(t.key))
-            if row is None:
-                lost[str(t.key)] = UnknownWorkItem(f"no work item for {t.key}")
-            elif (row.state, row.lease_token, row.updated_at) != (t.target.value, t.token, t.at):
-                lost[str(t.key)] = LostRace(
-                    f"{t.key}: expected {t.expected.value} with token {t.token}; it is {row.state}"
-                )
+            if (matched := conn.execute(stmt, params).rowcount) != len(params):
+                # the rows are locked and their guards were just read: this is a bug, not a race
+                raise RuntimeError(f"guarded update matched {matched} of {len(params)} locked rows")
+        self._record_side_rows(conn, holding)
         return lost
 
     def _record_side_rows(self, conn: Connection, ts: Sequence[Transition]) -> None:
@@ -673,47 +683,25 @@ class SqlLedger(Ledger):
             attempts.c.lease_token == wi.c.lease_token,
             attempts.c.finished_at.is_(None),
         )
-        cleared = {"lease_owner": None, "lease_expires_at": None, "updated_at": now}
         with self._engine.begin() as conn:
             # Lock the expired claims first, so no worker can start an attempt on one of them
             # between the check for an open attempt and the move.
-            locked = [
-                r.operation_key
-                for r in conn.execute(
-                    select(wi.c.operation_key).where(expired).with_for_update(skip_locked=True)
-                )
+            rows = conn.execute(
+                select(wi, open_attempt.label("open_attempt"))
+                .where(expired)
+                .with_for_update(of=wi, skip_locked=True)
+            ).mappings()
+            moves = [
+                after_lease_expiry(sql_rows.work_item(r), r["open_attempt"], now) for r in rows
             ]
-            if not locked:
+            if not moves:
                 return LeaseRecovery((), ())
-            mine = and_(expired, wi.c.operation_key.in_(locked))
-            unknown = conn.execute(
-                update(wi)
-                .where(mine, open_attempt)
-                .values(
-                    state=DeliveryState.UNKNOWN.value,
-                    last_failure_class=FailureClass.UNKNOWN.value,
-                    last_detail="lease_expired",
-                    next_attempt_at=None,
-                    **cleared,
-                )
-                .returning(wi.c.operation_key)
-            ).scalars()
-            unknown_keys = sorted(unknown)
-            requeued = conn.execute(
-                update(wi)
-                .where(mine, ~open_attempt)
-                .values(
-                    state=DeliveryState.RETRY_SCHEDULED.value,
-                    last_detail="lease_expired",
-                    next_attempt_at=now,
-                    **cleared,
-                )
-                .returning(wi.c.operation_key)
-            ).scalars()
-            requeued_keys = sorted(requeued)
+            # Locked rows cannot lose their guard; a lost one would be a bug, so it raises.
+            if lost := self._apply_many(conn, moves):
+                raise next(iter(lost.values()))
         return LeaseRecovery(
-            tuple(OperationKey.parse(k) for k in requeued_keys),
-            tuple(OperationKey.parse(k) for k in unknown_keys),
+            tuple(sorted((t.key for t in moves if t.target is not DeliveryState.UNKNOWN), key=str)),
+            tuple(sorted((t.key for t in moves if t.target is DeliveryState.UNKNOWN), key=str)),
         )
 
     def get(self, key: OperationKey) -> WorkItem | None:

@@ -296,8 +296,46 @@ class AuditNote:
 
 
 @dataclass(frozen=True)
+class RefundBudget:
+    """A throttled attempt gives back the budget unit its start took."""
+
+
+@dataclass(frozen=True)
+class Reopen:
+    """Replay: reset the retry budget and age window, stamp `replayed_at`, clear `dedupe_until`."""
+
+
+@dataclass(frozen=True)
+class ResendUntil:
+    """A resend relies on the provider's deduplication of the key until `until`."""
+
+    until: datetime
+
+
+@dataclass(frozen=True)
+class ClearDedupe:
+    """Evidence says nothing was delivered: the next send needs no deduplication."""
+
+
+@dataclass(frozen=True)
+class WriteDeadLetter:
+    """Write a dead-letter row with `reason` in the same transaction as the move."""
+
+    reason: str
+
+
+#: What a move does beyond setting the state and the outcome's columns. A transition carries a
+#: tuple of them because two can hold at once: a throttled attempt that ran out of age both
+#: gives its budget unit back and is dead-lettered.
+Effect = RefundBudget | Reopen | ResendUntil | ClearDedupe | WriteDeadLetter
+
+
+@dataclass(frozen=True)
 class Transition:
-    """A guarded move of one item: applied only if the item is still `expected` with `token`."""
+    """A guarded move of one item: applied only if the item is still `expected` with `token`.
+
+    `domain.transitions.apply` says what it does to the item; each ledger stores that.
+    """
 
     key: OperationKey
     expected: DeliveryState
@@ -308,17 +346,22 @@ class Transition:
     failure_class: FailureClass | None = None
     detail: str | None = None
     provider_message_id: str | None = None
-    #: write a dead-letter row with this reason in the same transaction
-    dead_letter_reason: str | None = None
     audit: AuditNote | None = None
-    #: a throttled attempt gives back the budget unit its start took
-    refund_budget: bool = False
-    #: replay: reset the retry budget and age window, stamp replayed_at, clear dedupe_until
-    reopen: bool = False
-    #: a resend relies on the provider's deduplication until then (set when not None)
-    dedupe_until: datetime | None = None
-    #: evidence says nothing was delivered: the next send needs no deduplication
-    clear_dedupe: bool = False
+    effects: tuple[Effect, ...] = ()
+
+    def has(self, effect: type[Effect]) -> bool:
+        """Whether one of the effects is of type `effect`."""
+        return any(isinstance(e, effect) for e in self.effects)
+
+    @property
+    def dead_letter_reason(self) -> str | None:
+        """The reason of the dead-letter row this move writes, if it writes one."""
+        return next((e.reason for e in self.effects if isinstance(e, WriteDeadLetter)), None)
+
+    @property
+    def resend_until(self) -> datetime | None:
+        """Until when a resend may rely on the provider's deduplication, if this move sets it."""
+        return next((e.until for e in self.effects if isinstance(e, ResendUntil)), None)
 
 
 @dataclass(frozen=True)

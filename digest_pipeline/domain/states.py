@@ -30,6 +30,19 @@ class DeliveryState(StrEnum):
     DEAD_LETTERED = "dead_lettered"
 
 
+class NotRecorded(StrEnum):
+    """What a claim came to when the deliverer's own move of it was not the one recorded."""
+
+    #: its compare-and-set lost to another worker, the lease sweeper or an operator
+    LOST_RACE = "lost_race"
+    #: given back due without an attempt (a refused period, or a run the breaker stopped)
+    RELEASED = "released"
+
+
+#: what the deliverer reports for each claim: the state it recorded, or why it recorded none
+Settled = DeliveryState | NotRecorded
+
+
 #: (from, to) pairs of design §3. `claimed → retry_scheduled` also returns an expired claim that
 #: never started an attempt to the queue; `claimed → dead_lettered` ends an item whose failing
 #: attempt exhausted a bound, rather than scheduling a retry that could never run.

@@ -6,11 +6,29 @@ decided here once, with no I/O and no clock: the deliverer, reconciliation and t
 these and record or act on what they return (issue 14, first step).
 """
 
+from collections.abc import Callable, Sequence
+from dataclasses import replace
 from datetime import datetime, timedelta
+from enum import StrEnum
 from typing import Any
 
+from digest_pipeline.domain.errors import LostRace
 from digest_pipeline.domain.failures import FailureClass, SendOutcome
-from digest_pipeline.domain.model import Claim, Transition, WorkItem
+from digest_pipeline.domain.model import (
+    Attempt,
+    AuditNote,
+    Claim,
+    ClearDedupe,
+    Effect,
+    LookupResult,
+    LookupStatus,
+    RefundBudget,
+    Reopen,
+    ResendUntil,
+    Transition,
+    WorkItem,
+    WriteDeadLetter,
+)
 from digest_pipeline.domain.policy import DeliveryPolicy
 from digest_pipeline.domain.retry import (
     DeadLetter,
@@ -21,7 +39,7 @@ from digest_pipeline.domain.retry import (
     RetryAt,
     decide,
 )
-from digest_pipeline.domain.states import CLAIMABLE, DeliveryState
+from digest_pipeline.domain.states import CLAIMABLE, DeliveryState, check_transition
 
 
 def move(claim: Claim, target: DeliveryState, now: datetime, **fields: Any) -> Transition:
@@ -45,9 +63,58 @@ def before_send(
     if closed:
         reason = DeadLetterReason.WINDOW_CLOSED.value
         return move(
-            claim, DeliveryState.DEAD_LETTERED, now, detail=reason, dead_letter_reason=reason
+            claim,
+            DeliveryState.DEAD_LETTERED,
+            now,
+            detail=reason,
+            effects=(WriteDeadLetter(reason),),
         )
     return None
+
+
+#: `last_detail` of a claim given back because its lease ran out before its attempt started
+LEASE_EXPIRED_BEFORE_ATTEMPT = "lease_expired_before_attempt"
+
+
+def release(claim: Claim, now: datetime, why: str) -> Transition:
+    """A claim that was never attempted goes back to the queue, due now."""
+    return move(claim, DeliveryState.RETRY_SCHEDULED, now, next_attempt_at=now, detail=why)
+
+
+def requeue_unstarted(
+    claim: Claim, current: WorkItem | None, history: Sequence[Attempt], now: datetime
+) -> Transition | None:
+    """The release of a claim whose attempt could not start, or None when it must stay put.
+
+    Only while the item is still this claim and no attempt under its token is open: an open
+    attempt means a send may be in flight, and such an item is never requeued.
+    """
+    in_flight = any(a.token == claim.token and a.finished_at is None for a in history)
+    if (
+        current is None
+        or current.state is not DeliveryState.CLAIMED
+        or current.lease_token != claim.token
+        or in_flight
+    ):
+        return None
+    return release(claim, now, LEASE_EXPIRED_BEFORE_ATTEMPT)
+
+
+def already_confirmed(
+    claim: Claim, history: Sequence[Attempt], now: datetime, actor: str
+) -> Transition | None:
+    """Ledger first: a retry whose earlier attempt was confirmed late is recorded, not resent."""
+    if (attempt := confirmed(history)) is None:
+        return None
+    evidence = Evidence.LEDGER_ATTEMPT.value
+    return move(
+        claim,
+        DeliveryState.SENT,
+        now,
+        provider_message_id=attempt.provider_message_id,
+        detail=f"reconciled:{evidence}",
+        audit=AuditNote(actor, "reconcile", f"evidence:{evidence}"),
+    )
 
 
 def after_attempt(
@@ -77,29 +144,34 @@ def after_attempt(
         retry_after=outcome.retry_after,
         delivery_closes_at=closes_at,
     )
-    failure: dict[str, Any] = {
-        "failure_class": fc,
-        "detail": outcome.detail,
-        "refund_budget": throttled,
-    }
+    refund: tuple[Effect, ...] = (RefundBudget(),) if throttled else ()
+    failure: dict[str, Any] = {"failure_class": fc, "detail": outcome.detail}
     match decision:
         case RetryAt(at):
-            return move(claim, DeliveryState.RETRY_SCHEDULED, now, next_attempt_at=at, **failure)
+            return move(
+                claim,
+                DeliveryState.RETRY_SCHEDULED,
+                now,
+                next_attempt_at=at,
+                effects=refund,
+                **failure,
+            )
         case DeadLetter(reason) | Fail(reason) if item.dedupe_until is not None:
             # This was a resend of an attempt whose outcome is unknown: the first may have been
             # delivered, so the item is not "failed"; a replay must reconcile it first.
             failure["detail"] = f"{reason.value}:{outcome.detail}"
-            unresolved = DeadLetterReason.UNKNOWN_UNRESOLVED.value
+            unresolved = WriteDeadLetter(DeadLetterReason.UNKNOWN_UNRESOLVED.value)
             return move(
-                claim, DeliveryState.DEAD_LETTERED, now, dead_letter_reason=unresolved, **failure
+                claim, DeliveryState.DEAD_LETTERED, now, effects=(*refund, unresolved), **failure
             )
         case DeadLetter(reason) | Fail(reason):
             target = (
                 DeliveryState.FAILED if isinstance(decision, Fail) else DeliveryState.DEAD_LETTERED
             )
-            return move(claim, target, now, dead_letter_reason=reason.value, **failure)
+            effects = (*refund, WriteDeadLetter(reason.value))
+            return move(claim, target, now, effects=effects, **failure)
         case Reconcile():
-            return move(claim, DeliveryState.UNKNOWN, now, **failure)
+            return move(claim, DeliveryState.UNKNOWN, now, effects=refund, **failure)
     raise AssertionError(f"unhandled decision {decision!r}")
 
 
@@ -125,3 +197,188 @@ def sweep_reason(item: WorkItem, now: datetime, unknown_retention: timedelta) ->
         # past its retention an unknown item is dead-lettered by the next run: a new key for it
         return "unknown_expired" if unknown_expired(item, now, unknown_retention) else "unknown"
     return None
+
+
+#: the stored length of `last_detail` (the column is VARCHAR(200))
+DETAIL_LENGTH = 200
+
+
+def apply(item: WorkItem, t: Transition) -> WorkItem:
+    """The item after `t`: what every ledger stores for it (the SQL ledger is held to this).
+
+    Raises LostRace when the item is no longer `t.expected` with `t.token`, and
+    InvalidTransition for a move the state table does not allow.
+    """
+    check_transition(t.expected, t.target)
+    if item.key != t.key or item.state is not t.expected or item.lease_token != t.token:
+        raise LostRace(
+            f"{t.key}: expected {t.expected.value} with token {t.token};"
+            " another worker or operator changed it first"
+        )
+    clear_lease = t.target is not DeliveryState.CLAIMED
+    budget = item.budget_used - 1 if t.has(RefundBudget) else item.budget_used
+    reopen = t.has(Reopen)
+    dedupe = item.dedupe_until if t.resend_until is None else t.resend_until
+    return replace(
+        item,
+        state=t.target,
+        next_attempt_at=t.next_attempt_at,
+        lease_owner=None if clear_lease else item.lease_owner,
+        lease_expires_at=None if clear_lease else item.lease_expires_at,
+        last_failure_class=item.last_failure_class if t.failure_class is None else t.failure_class,
+        last_detail=item.last_detail if t.detail is None else t.detail[:DETAIL_LENGTH],
+        provider_message_id=(
+            item.provider_message_id if t.provider_message_id is None else t.provider_message_id
+        ),
+        sent_at=t.at if t.target is DeliveryState.SENT else item.sent_at,
+        budget_used=0 if reopen else budget,
+        window_started_at=None if reopen else item.window_started_at,
+        replayed_at=t.at if reopen else item.replayed_at,
+        dedupe_until=None if reopen or t.has(ClearDedupe) else dedupe,
+    )
+
+
+#: `last_detail` of a claim whose lease ran out
+LEASE_EXPIRED = "lease_expired"
+
+
+def after_lease_expiry(item: WorkItem, open_attempt: bool, now: datetime) -> Transition:
+    """An expired claim: due again when no attempt started, `unknown` when one was left open.
+
+    An open attempt may have reached the provider, so the item is never put back to "not sent".
+    """
+    if open_attempt:
+        return Transition(
+            item.key,
+            DeliveryState.CLAIMED,
+            item.lease_token,
+            DeliveryState.UNKNOWN,
+            now,
+            failure_class=FailureClass.UNKNOWN,
+            detail=LEASE_EXPIRED,
+        )
+    return Transition(
+        item.key,
+        DeliveryState.CLAIMED,
+        item.lease_token,
+        DeliveryState.RETRY_SCHEDULED,
+        now,
+        next_attempt_at=now,
+        detail=LEASE_EXPIRED,
+    )
+
+
+class Evidence(StrEnum):
+    """What settled an `unknown` item, in the order reconciliation looks (design §2)."""
+
+    #: the ledger holds an attempt the provider confirmed
+    LEDGER_ATTEMPT = "ledger_attempt"
+    #: every recorded attempt closed with an outcome that proves the provider did not take it
+    LEDGER_ATTEMPTS_NOT_ACCEPTED = "ledger_attempts_not_accepted"
+    MAILER_LOOKUP_FOUND = "mailer_lookup_found"
+    MAILER_LOOKUP_NOT_FOUND = "mailer_lookup_not_found"
+    #: the provider will deduplicate a resend of the key: safe to send again before then
+    IDEMPOTENT_RESEND = "idempotent_resend"
+    #: no evidence and the retention ran out
+    UNKNOWN_UNRESOLVED = "unknown_unresolved"
+
+
+#: recorded outcomes the mailers give only when the provider did not take the message
+NOT_ACCEPTED = frozenset(
+    {FailureClass.TRANSIENT.value, FailureClass.THROTTLED.value, FailureClass.PERMANENT.value}
+)
+
+
+def confirmed(history: Sequence[Attempt]) -> Attempt | None:
+    """The latest attempt the provider confirmed, even one that lost its race."""
+    accepted = [a for a in history if a.outcome == "sent"]
+    return accepted[-1] if accepted else None
+
+
+def never_accepted(history: Sequence[Attempt]) -> bool:
+    """True when there are attempts and every one closed with an outcome that proves not sent.
+
+    An item can be `unknown` with such a history: its lease ran out mid-send, then the slow
+    attempt came back with a transient failure. Nothing left, so it is due again.
+    """
+    return bool(history) and all(a.outcome in NOT_ACCEPTED for a in history)
+
+
+def settle_unknown(
+    item: WorkItem,
+    history: Sequence[Attempt],
+    lookup: Callable[[], LookupResult],
+    *,
+    now: datetime,
+    closes_at: datetime,
+    idempotency_window: timedelta | None,
+    policy: DeliveryPolicy,
+    actor: str,
+) -> tuple[Transition, Evidence] | None:
+    """The move the evidence supports for an `unknown` item, or None while there is none.
+
+    `history` is the item's attempts; `lookup` asks the mailer and is called only when the
+    ledger's evidence settles nothing (the one piece of I/O, injected like the clock).
+    """
+    pid: str | None = None
+    due_now: dict[str, Any] = {"next_attempt_at": now, "effects": (ClearDedupe(),)}
+    fields: dict[str, Any]
+    if (attempt := confirmed(history)) is not None:
+        target, evidence, fields = DeliveryState.SENT, Evidence.LEDGER_ATTEMPT, {}
+        pid = attempt.provider_message_id
+    elif never_accepted(history):
+        target, evidence, fields = (
+            DeliveryState.RETRY_SCHEDULED,
+            Evidence.LEDGER_ATTEMPTS_NOT_ACCEPTED,
+            due_now,
+        )
+    elif (found := lookup()).status is LookupStatus.FOUND:
+        target, evidence, fields = DeliveryState.SENT, Evidence.MAILER_LOOKUP_FOUND, {}
+        pid = found.provider_message_id
+    elif found.status is LookupStatus.NOT_FOUND:
+        target, evidence, fields = (
+            DeliveryState.RETRY_SCHEDULED,
+            Evidence.MAILER_LOOKUP_NOT_FOUND,
+            due_now,
+        )
+    elif (
+        until := _deduplicated_until(item, now, closes_at, idempotency_window, policy)
+    ) is not None:
+        target, evidence = DeliveryState.RETRY_SCHEDULED, Evidence.IDEMPOTENT_RESEND
+        fields = {"next_attempt_at": now, "effects": (ResendUntil(until),)}
+    elif unknown_expired(item, now, policy.unknown_retention):
+        target, evidence = DeliveryState.DEAD_LETTERED, Evidence.UNKNOWN_UNRESOLVED
+        fields = {"effects": (WriteDeadLetter(DeadLetterReason.UNKNOWN_UNRESOLVED.value),)}
+    else:
+        return None
+    transition = Transition(
+        item.key,
+        DeliveryState.UNKNOWN,
+        item.lease_token,
+        target,
+        now,
+        detail=f"reconciled:{evidence.value}",
+        provider_message_id=pid,
+        audit=AuditNote(actor, "reconcile", f"evidence:{evidence.value}"),
+        **fields,
+    )
+    return transition, evidence
+
+
+def _deduplicated_until(
+    item: WorkItem,
+    now: datetime,
+    closes_at: datetime,
+    window: timedelta | None,
+    policy: DeliveryPolicy,
+) -> datetime | None:
+    """Until when the provider remembers the first send's key, if a resend now reaches it first.
+
+    A lease of margin covers the time between this decision and the resend's attempt; the
+    deliverer re-checks `dedupe_until` (`before_send`) before it sends.
+    """
+    first = item.first_attempt_at
+    if window is None or first is None:
+        return None
+    still_deliverable = item.replayed_at is not None or now < closes_at
+    return first + window if still_deliverable and now + policy.lease < first + window else None

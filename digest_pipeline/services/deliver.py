@@ -20,7 +20,6 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
 
 from digest_pipeline.domain.breaker import Breaker, as_retryable
 from digest_pipeline.domain.errors import (
@@ -33,7 +32,6 @@ from digest_pipeline.domain.errors import (
 from digest_pipeline.domain.failures import FailureClass, SendOutcome
 from digest_pipeline.domain.model import (
     AttemptTicket,
-    AuditNote,
     Claim,
     DigestRow,
     Message,
@@ -44,19 +42,22 @@ from digest_pipeline.domain.policy import DeliveryPolicy
 from digest_pipeline.domain.retry import (
     RandomSource,
 )
-from digest_pipeline.domain.states import DeliveryState
-from digest_pipeline.domain.transitions import after_attempt, before_send, move
+from digest_pipeline.domain.states import DeliveryState, NotRecorded, Settled
+from digest_pipeline.domain.transitions import (
+    after_attempt,
+    already_confirmed,
+    before_send,
+    release,
+    requeue_unstarted,
+)
 from digest_pipeline.ports import Clock, Composer, Ledger, Mailer
 from digest_pipeline.services import late
-from digest_pipeline.services.evidence import RECONCILE_ACTOR, confirmed_attempt
+from digest_pipeline.services.evidence import RECONCILE_ACTOR
 from digest_pipeline.services.logs import log_event
 from digest_pipeline.services.snapshot_gate import snapshot_refusal
 
-#: the state a claim is reported in when its compare-and-set lost to another worker or a sweep
-LOST_RACE = "lost_race"
-#: the state a claim is reported in when it was given back due without an attempt (a refused
-#: period, or a run the breaker stopped)
-RELEASED = "released"
+LOST_RACE = NotRecorded.LOST_RACE
+RELEASED = NotRecorded.RELEASED
 
 
 @dataclass
@@ -70,7 +71,7 @@ class DeliveryReport:
     #: claims given back due without an attempt: of a refused period, or after the breaker opened
     released: int = 0
 
-    def count(self, states: Sequence[str]) -> None:
+    def count(self, states: Sequence[Settled]) -> None:
         for state in states:
             if state == LOST_RACE:
                 self.lost_races += 1
@@ -111,7 +112,7 @@ class Wave:
     """Claims on their way through one wave: settled before sending, or started and sending."""
 
     claims: list[Claim]
-    settled: dict[int, str]
+    settled: dict[int, Settled]
     started: list[tuple[int, _Started]]
     sends: list[Future[SendOutcome]]
     #: the started claims' outcomes, in order, once `finish` has recorded them
@@ -170,7 +171,7 @@ class Deliverer:
         if (why := self.snapshot_refusal(period)) is not None:
             raise SnapshotTampered(why, str(period))
 
-    def deliver_one(self, claim: Claim) -> str:
+    def deliver_one(self, claim: Claim) -> Settled:
         """Takes one claim to a recorded state; returns that state (or `lost_race`).
 
         Raises SnapshotTampered, after giving the claim back unsent, for a refused period.
@@ -182,15 +183,11 @@ class Deliverer:
             raise SnapshotTampered(why, str(period))
         return state
 
-    def give_back(self, claim: Claim, why: str) -> str:
+    def give_back(self, claim: Claim, why: str) -> Settled:
         """Returns a claim that was never attempted to the queue, due now; `released`."""
         now = self.clock.now()
         try:
-            self.ledger.apply(
-                self._move(
-                    claim, DeliveryState.RETRY_SCHEDULED, now, next_attempt_at=now, detail=why
-                )
-            )
+            self.ledger.apply(release(claim, now, why))
         except LostRace as e:
             log_event("lost_race", logging.WARNING, key=claim.key, step="give_back", why=e)
             return LOST_RACE
@@ -260,7 +257,7 @@ class Deliverer:
                 wave.sends.append(pool.submit(self._transmit, message))
         return wave
 
-    def finish(self, wave: Wave) -> list[str]:
+    def finish(self, wave: Wave) -> list[Settled]:
         """Waits for the wave's sends and records every outcome in one transaction.
 
         Returns each claim's state, in the order the claims came.
@@ -282,7 +279,7 @@ class Deliverer:
                 states[i] = self._logged(s.claim, ticket, outcome, transition, error)
         return [states[i] for i in range(len(wave.claims))]
 
-    def _settle_without_sending(self, claim: Claim, now: datetime) -> str | datetime | None:
+    def _settle_without_sending(self, claim: Claim, now: datetime) -> Settled | datetime | None:
         """The recorded state of a claim that must not be sent, or else its window's close.
 
         A replay has no delivery window: None.
@@ -295,55 +292,25 @@ class Deliverer:
             return self._record(claim, confirmed)
         return closes_at
 
-    def _move(
-        self, claim: Claim, target: DeliveryState, now: datetime, **fields: Any
-    ) -> Transition:
-        return move(claim, target, now, **fields)
-
     def _confirmed_attempt(self, claim: Claim) -> Transition | None:
-        """Ledger first: a retry whose earlier attempt was confirmed late is not sent again."""
-        confirmed = confirmed_attempt(self.ledger, claim.key)
-        if confirmed is None:
-            return None
-        return self._move(
-            claim,
-            DeliveryState.SENT,
-            self.clock.now(),
-            provider_message_id=confirmed.provider_message_id,
-            detail="reconciled:ledger_attempt",
-            audit=AuditNote(RECONCILE_ACTOR, "reconcile", "evidence:ledger_attempt"),
+        return already_confirmed(
+            claim, self.ledger.attempts(claim.key), self.clock.now(), RECONCILE_ACTOR
         )
 
-    def _release(self, claim: Claim, lost: DigestError) -> str:
+    def _release(self, claim: Claim, lost: DigestError) -> Settled:
         """A claim whose lease ran out before its attempt started goes back to the queue."""
         now = self.clock.now()
-        current = self.ledger.get(claim.key)
-        # An open attempt under this token would mean a send may be in flight: never requeue.
-        in_flight = any(
-            a.token == claim.token and a.finished_at is None
-            for a in self.ledger.attempts(claim.key)
+        requeue = requeue_unstarted(
+            claim, self.ledger.get(claim.key), self.ledger.attempts(claim.key), now
         )
-        if (
-            current is not None
-            and current.state is DeliveryState.CLAIMED
-            and current.lease_token == claim.token
-            and not in_flight
-        ):
+        if requeue is not None:
             try:
-                self.ledger.apply(
-                    self._move(
-                        claim,
-                        DeliveryState.RETRY_SCHEDULED,
-                        now,
-                        next_attempt_at=now,
-                        detail="lease_expired_before_attempt",
-                    )
-                )
+                self.ledger.apply(requeue)
             except LostRace:
                 pass
             else:
-                log_event("released", key=claim.key, reason="lease_expired_before_attempt")
-                return DeliveryState.RETRY_SCHEDULED.value
+                log_event("released", key=claim.key, reason=requeue.detail)
+                return DeliveryState.RETRY_SCHEDULED
         if not isinstance(lost, LostRace):
             raise lost
         log_event("lost_race", logging.WARNING, key=claim.key, step="start", why=lost)
@@ -398,7 +365,7 @@ class Deliverer:
             rand=self.rand,
         )
 
-    def _record(self, claim: Claim, transition: Transition) -> str:
+    def _record(self, claim: Claim, transition: Transition) -> Settled:
         """Applies a transition that closes no attempt."""
         try:
             self.ledger.apply(transition)
@@ -413,7 +380,7 @@ class Deliverer:
         outcome: SendOutcome | None,
         transition: Transition,
         error: DigestError | None,
-    ) -> str:
+    ) -> Settled:
         if error is not None:
             if not isinstance(error, LostRace):
                 raise error
@@ -434,7 +401,7 @@ class Deliverer:
             attempt=ticket.number if ticket else None,
             duplicate=True if outcome is not None and outcome.duplicate else None,
         )
-        return transition.target.value
+        return transition.target
 
 
 def wave_shape(concurrency: int) -> tuple[int, int]:

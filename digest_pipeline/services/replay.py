@@ -20,6 +20,7 @@ from digest_pipeline.domain.model import (
     AuditEntry,
     AuditNote,
     LookupStatus,
+    Reopen,
     Transition,
     WorkItem,
 )
@@ -197,7 +198,7 @@ def _act(ledger: Ledger, clock: Clock, p: _Planned, operator: str, why: str) -> 
                     now,
                     next_attempt_at=now,
                     detail="replayed",
-                    reopen=True,
+                    effects=(Reopen(),),
                     audit=AuditNote(operator, action, note),
                 )
             )

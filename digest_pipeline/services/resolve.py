@@ -5,7 +5,7 @@ one transaction.
 """
 
 from digest_pipeline.domain.errors import ResolveRefused, UnknownWorkItem
-from digest_pipeline.domain.model import AuditNote, Transition, WorkItem
+from digest_pipeline.domain.model import AuditNote, ClearDedupe, Transition, WorkItem
 from digest_pipeline.domain.periods import OperationKey
 from digest_pipeline.domain.states import DeliveryState
 from digest_pipeline.ports import Clock, Ledger
@@ -38,7 +38,7 @@ def resolve_unknown(
             next_attempt_at=None if sent else now,
             detail="resolved_sent" if sent else "resolved_not_sent",
             # the operator's word is the evidence: the resend needs no deduplication
-            clear_dedupe=not sent,
+            effects=() if sent else (ClearDedupe(),),
             audit=AuditNote(operator, "resolve", reason.strip()),
         )
     )

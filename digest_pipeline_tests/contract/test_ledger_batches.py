@@ -17,7 +17,9 @@ from digest_pipeline.domain.model import (
     CleanupMode,
     CleanupReceipt,
     DigestRow,
+    RefundBudget,
     Transition,
+    WriteDeadLetter,
 )
 from digest_pipeline.domain.states import DeliveryState
 from digest_pipeline_tests.conftest import T0, W42
@@ -114,8 +116,7 @@ def test_complete_many_mixes_applied_and_lost_transitions_in_order(ledger):
                     DeliveryState.DEAD_LETTERED,
                     later,
                     failure_class=FailureClass.THROTTLED,
-                    refund_budget=True,
-                    dead_letter_reason="max_age",
+                    effects=(RefundBudget(), WriteDeadLetter("max_age")),
                     audit=AuditNote("system:test", "deliver", "max_age"),
                 ),
             ),

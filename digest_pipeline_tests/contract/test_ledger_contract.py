@@ -20,9 +20,14 @@ from digest_pipeline.domain.model import (
     AuditNote,
     Claim,
     CleanupMode,
+    ClearDedupe,
     DigestRow,
+    RefundBudget,
+    Reopen,
+    ResendUntil,
     SnapshotEntry,
     Transition,
+    WriteDeadLetter,
 )
 from digest_pipeline.domain.periods import OperationKey, Period
 from digest_pipeline.domain.states import DeliveryState
@@ -261,7 +266,7 @@ class TestTransitions:
             SendOutcome.failed(FailureClass.TRANSIENT, "smtp:451"),
             DeliveryState.DEAD_LETTERED,
             failure_class=FailureClass.TRANSIENT,
-            dead_letter_reason="max_attempts",
+            effects=(WriteDeadLetter("max_attempts"),),
         )
         [row] = ledger.dead_letters(W42)
         assert (row.key, row.reason, row.attempts) == (k, "max_attempts", 1)
@@ -278,7 +283,7 @@ class TestTransitions:
             SendOutcome.failed(FailureClass.PERMANENT, "smtp:550"),
             DeliveryState.FAILED,
             failure_class=FailureClass.PERMANENT,
-            dead_letter_reason="permanent",
+            effects=(WriteDeadLetter("permanent"),),
         )
         later = T0 + timedelta(days=1)
         ledger.apply(
@@ -289,7 +294,7 @@ class TestTransitions:
                 DeliveryState.PENDING,
                 later,
                 next_attempt_at=later,
-                reopen=True,
+                effects=(Reopen(),),
                 audit=AuditNote("alice", "replay", "address fixed"),
             )
         )
@@ -319,7 +324,7 @@ class TestTransitions:
             DeliveryState.RETRY_SCHEDULED,
             next_attempt_at=T0 + timedelta(seconds=30),
             failure_class=FailureClass.THROTTLED,
-            refund_budget=True,
+            effects=(RefundBudget(),),
         )
         item = ledger.get(k)
         assert (item.attempts, item.budget_used) == (1, 0)
@@ -337,7 +342,7 @@ class TestTransitions:
                 DeliveryState.RETRY_SCHEDULED,
                 T0,
                 next_attempt_at=T0,
-                dedupe_until=until,
+                effects=(ResendUntil(until),),
             )
         )
         again = claim_one(ledger, k)
@@ -352,7 +357,7 @@ class TestTransitions:
                 DeliveryState.RETRY_SCHEDULED,
                 T0,
                 next_attempt_at=T0,
-                clear_dedupe=True,
+                effects=(ClearDedupe(),),
             )
         )
         assert ledger.get(k).dedupe_until is None

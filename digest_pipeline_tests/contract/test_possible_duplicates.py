@@ -13,7 +13,7 @@ import pytest
 
 from digest_pipeline.domain.errors import PossibleDuplicateRefused, ReplayRefused
 from digest_pipeline.domain.failures import FailureClass, SendOutcome
-from digest_pipeline.domain.model import AuditNote, Transition
+from digest_pipeline.domain.model import AuditNote, Reopen, Transition
 from digest_pipeline.domain.policy import DeliveryPolicy
 from digest_pipeline.domain.states import DeliveryState
 from digest_pipeline.ports import Ledger
@@ -282,7 +282,7 @@ def test_a_second_send_after_any_replay_of_a_possible_duplicate_is_counted(ledge
             DeliveryState.PENDING,
             clock.now(),
             next_attempt_at=clock.now(),
-            reopen=True,
+            effects=(Reopen(),),
             audit=AuditNote("ana", "replay", "OPS-9 (mailer_lookup_unsupported)"),
         )
     )

@@ -7,7 +7,7 @@ key, or a key without an item, is refused and keeps its rows; item states never 
 import pytest
 
 from digest_pipeline.domain.failures import FailureClass, SendOutcome
-from digest_pipeline.domain.model import Claim, CleanupMode, DigestRow
+from digest_pipeline.domain.model import Claim, CleanupMode, DigestRow, WriteDeadLetter
 from digest_pipeline.domain.periods import OperationKey
 from digest_pipeline.domain.states import DeliveryState
 from digest_pipeline.ports import Ledger
@@ -51,7 +51,7 @@ def fail(ledger: Ledger, claim: Claim) -> None:
         SendOutcome.failed(FailureClass.PERMANENT, "render_error"),
         DeliveryState.FAILED,
         failure_class=FailureClass.PERMANENT,
-        dead_letter_reason="permanent",
+        effects=(WriteDeadLetter("permanent"),),
     )
 
 
@@ -66,7 +66,7 @@ def test_every_never_sent_state_is_replaced(ledger):
         claims[dead],
         transient,
         DeliveryState.DEAD_LETTERED,
-        dead_letter_reason="max_attempts",
+        effects=(WriteDeadLetter("max_attempts"),),
         **fields,
     )
     send(

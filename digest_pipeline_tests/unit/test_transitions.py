@@ -6,13 +6,27 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from digest_pipeline.domain.failures import FailureClass, SendOutcome
-from digest_pipeline.domain.model import Claim, WorkItem
+from digest_pipeline.domain.model import (
+    Attempt,
+    Claim,
+    ClearDedupe,
+    LookupResult,
+    LookupStatus,
+    RefundBudget,
+    ResendUntil,
+    WorkItem,
+)
 from digest_pipeline.domain.policy import DeliveryPolicy
 from digest_pipeline.domain.states import CLAIMABLE, DeliveryState
 from digest_pipeline.domain.transitions import (
+    NOT_ACCEPTED,
+    Evidence,
     after_attempt,
+    after_lease_expiry,
+    apply,
     before_send,
     is_due,
+    settle_unknown,
     sweep_reason,
     unknown_expired,
 )
@@ -81,7 +95,7 @@ def test_an_attempt_moves_its_claim_by_its_outcome_and_never_fails_a_possible_de
         DeliveryState.UNKNOWN,
     )
     assert t.failure_class is outcome.failure_class
-    assert t.refund_budget == (outcome.failure_class is FailureClass.THROTTLED)
+    assert t.has(RefundBudget) == (outcome.failure_class is FailureClass.THROTTLED)
     if outcome.failure_class is FailureClass.UNKNOWN:
         assert t.target is DeliveryState.UNKNOWN
     if claim.item.dedupe_until is not None:
@@ -134,3 +148,118 @@ def test_the_sweeper_runs_exactly_for_due_expired_and_unknown_items(state, due, 
         assert why == "claimed_expired"
     else:
         assert why is None
+
+
+@given(st.sampled_from(DeliveryState), st.booleans(), offsets)
+def test_an_expired_claim_with_an_open_attempt_is_never_put_back_as_not_sent(state, open_, since):
+    item = WorkItem(
+        key_of(1), DeliveryState.CLAIMED, created_at=T0 + since, next_attempt_at=None, lease_token=3
+    )
+    t = after_lease_expiry(item, open_, T0)
+    after = apply(item, t)
+    assert (after.lease_owner, after.lease_expires_at, after.last_detail) == (
+        None,
+        None,
+        "lease_expired",
+    )
+    if open_:
+        assert (after.state, after.next_attempt_at) == (DeliveryState.UNKNOWN, None)
+        assert after.last_failure_class is FailureClass.UNKNOWN
+    else:
+        assert (after.state, after.next_attempt_at) == (DeliveryState.RETRY_SCHEDULED, T0)
+
+
+outcome_labels = st.sampled_from([None, "sent", *sorted(NOT_ACCEPTED), FailureClass.UNKNOWN.value])
+
+
+@st.composite
+def histories(draw: st.DrawFn) -> list[Attempt]:
+    labels = draw(st.lists(outcome_labels, max_size=4))
+    return [
+        Attempt(i, key_of(1), i, i, "w", T0, None if o is None else T0, o, None, f"pm-{i}", False)
+        for i, o in enumerate(labels, 1)
+    ]
+
+
+@given(
+    claims(),
+    histories(),
+    st.sampled_from(LookupStatus),
+    st.none() | st.integers(0, 3 * 86_400).map(lambda s: timedelta(seconds=s)),
+    offsets,
+    st.integers(0, 10 * 86_400).map(lambda s: timedelta(seconds=s)),
+)
+def test_an_unknown_item_moves_only_on_evidence(claim, history, status, window, close, idle):
+    item = claim.item
+    last_attempt = T0 - idle
+    unknown = WorkItem(
+        item.key,
+        DeliveryState.UNKNOWN,
+        created_at=item.created_at,
+        next_attempt_at=None,
+        first_attempt_at=item.first_attempt_at,
+        last_attempt_at=last_attempt,
+        replayed_at=item.replayed_at,
+        lease_token=item.lease_token,
+    )
+    asked: list[bool] = []
+
+    def lookup() -> LookupResult:
+        asked.append(True)
+        return LookupResult(status, "pm-found" if status is LookupStatus.FOUND else None)
+
+    found = settle_unknown(
+        unknown,
+        history,
+        lookup,
+        now=T0,
+        closes_at=T0 + close,
+        idempotency_window=window,
+        policy=POLICY,
+        actor="system:reconcile",
+    )
+    accepted = [a for a in history if a.outcome == "sent"]
+    proves_not_sent = bool(history) and all(a.outcome in NOT_ACCEPTED for a in history)
+    # the mailer is asked only when the ledger's own attempts settle nothing
+    assert bool(asked) == (not accepted and not proves_not_sent)
+    if found is None:
+        assert not accepted
+        assert not proves_not_sent
+        assert status is LookupStatus.UNSUPPORTED
+        assert idle < POLICY.unknown_retention
+        return
+    t, evidence = found
+    assert (t.expected, t.token, t.at) == (DeliveryState.UNKNOWN, unknown.lease_token, T0)
+    assert t.detail == f"reconciled:{evidence.value}"
+    assert t.audit is not None
+    assert t.audit.reason == f"evidence:{evidence.value}"
+    after = apply(unknown, t)
+    if after.state is DeliveryState.SENT:
+        # sent only on a confirmation: the ledger's own, else the provider's
+        assert evidence in (Evidence.LEDGER_ATTEMPT, Evidence.MAILER_LOOKUP_FOUND)
+        assert after.provider_message_id == (
+            accepted[-1].provider_message_id if accepted else "pm-found"
+        )
+    elif after.state is DeliveryState.RETRY_SCHEDULED:
+        assert after.next_attempt_at == T0
+        if evidence is Evidence.IDEMPOTENT_RESEND:
+            # a resend only while the provider still remembers the first send, with a lease of
+            # margin, and never once the delivery window has closed (except for a replay)
+            assert window is not None
+            assert item.first_attempt_at is not None
+            assert t.resend_until == after.dedupe_until == item.first_attempt_at + window
+            assert after.dedupe_until is not None
+            assert T0 + POLICY.lease < after.dedupe_until
+            assert unknown.replayed_at is not None or close > timedelta(0)
+        else:
+            assert evidence in (
+                Evidence.LEDGER_ATTEMPTS_NOT_ACCEPTED,
+                Evidence.MAILER_LOOKUP_NOT_FOUND,
+            )
+            assert t.has(ClearDedupe)
+            assert not t.has(ResendUntil)
+    else:
+        assert after.state is DeliveryState.DEAD_LETTERED
+        assert evidence is Evidence.UNKNOWN_UNRESOLVED
+        assert t.dead_letter_reason == "unknown_unresolved"
+        assert idle >= POLICY.unknown_retention
