@@ -21,7 +21,7 @@ from digest_pipeline.cli.context import (
     table,
 )
 from digest_pipeline.services.cleanup import CleanupReport
-from digest_pipeline.services.sweep import SweepReport, sweep
+from digest_pipeline.services.pipeline import SweepReport, sweep
 
 
 def register(sub: Any) -> None:

@@ -16,7 +16,7 @@ from digest_pipeline.domain.failures import FailureClass, SendOutcome
 from digest_pipeline.domain.model import CleanupMode, Transition
 from digest_pipeline.domain.states import DeliveryState
 from digest_pipeline.services.deliver import DeliveryReport, deliver_due
-from digest_pipeline.services.sweep import sweep
+from digest_pipeline.services.pipeline import sweep
 from digest_pipeline_tests.builders import frozen_ledger, key_of, make_deliverer
 from digest_pipeline_tests.conftest import W42
 from digest_pipeline_tests.fakes import FakeLedger, FakeMailer, SystemicFailureMailer

@@ -10,7 +10,7 @@ from digest_pipeline.domain.periods import Period
 from digest_pipeline.domain.policy import DeliveryPolicy
 from digest_pipeline.domain.states import DeliveryState
 from digest_pipeline.services import late
-from digest_pipeline.services.sweep import sweep
+from digest_pipeline.services.pipeline import sweep
 from digest_pipeline_tests.builders import (
     deliver_all,
     failed_invariants,

@@ -17,7 +17,7 @@ from digest_pipeline.services.reconcile import reconcile_period
 from digest_pipeline.services.replay import replay_keys
 from digest_pipeline.services.resolve import resolve_unknown
 from digest_pipeline.services.snapshot import take_snapshot
-from digest_pipeline.services.sweep import sweep
+from digest_pipeline.services.pipeline import sweep
 from digest_pipeline_tests.builders import (
     customer_id,
     digest_rows_for,

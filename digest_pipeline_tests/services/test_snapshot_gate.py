@@ -16,7 +16,7 @@ from digest_pipeline.domain.policy import DeliveryPolicy
 from digest_pipeline.domain.states import DeliveryState
 from digest_pipeline.services.cleanup import clean_period
 from digest_pipeline.services.deliver import deliver_due
-from digest_pipeline.services.sweep import sweep
+from digest_pipeline.services.pipeline import sweep
 from digest_pipeline_tests.builders import (
     deliver_all,
     frozen_ledger,

@@ -1,23 +1,55 @@
-"""The periodic sweep: recover expired leases, reconcile unknowns, deliver due retries, clean.
+"""The period pipeline: its gates in one fixed order, `GATES`, for every loop that runs them.
 
-It is what the Dagster sensor and `digest sweep` run; every step is idempotent, so running it
-twice, or from two places at once, is safe. A missed week (its window closed before any attempt)
-and a period whose frozen snapshot changed after the freeze are left untouched and reported in
-`refused`, as `digest run` refuses them; the other periods go on. A delivery the circuit breaker
-stops (the provider fails every send the same way) ends the sweep's deliveries, not its cleanup,
-and is reported in `stopped`.
+A pass recovers expired leases, admits the periods (a missed week, or a period whose frozen
+snapshot changed after the freeze, is left untouched and reported in `refused`, as `digest run`
+refuses it), reconciles `unknown` items, delivers what is due and cleans what was sent. `digest
+sweep` and the chaos worker run `run_pass`; the simulator's sweeper and the Dagster ops call the
+gates one by one (the weekly graph settles, i.e. reconciles, after its delivery step, so a run's
+metadata reports the unknowns it made). Every gate is idempotent: a pass run twice, or from two
+places at once, is safe. A delivery the circuit breaker stops ends the pass's deliveries, not
+its cleanup, and is reported in `stopped`.
 """
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from enum import StrEnum
 
 from digest_pipeline.domain.errors import BreakerOpen, SnapshotTampered
 from digest_pipeline.domain.model import CleanupMode, LeaseRecovery
 from digest_pipeline.domain.periods import Period
+from digest_pipeline.domain.policy import DeliveryPolicy
+from digest_pipeline.ports import Clock, Ledger
 from digest_pipeline.services import late
 from digest_pipeline.services.cleanup import CleanupReport, clean_period
 from digest_pipeline.services.deliver import Deliverer, DeliveryReport, deliver_due
 from digest_pipeline.services.logs import log_event
 from digest_pipeline.services.reconcile import ReconcileReport, reconcile_period
+
+
+class Gate(StrEnum):
+    """One step of a pass over the open periods."""
+
+    RECOVER = "recover"
+    ADMIT = "admit"
+    RECONCILE = "reconcile"
+    DELIVER = "deliver"
+    CLEAN = "clean"
+
+
+#: the order of a pass: nothing is reconciled before expired leases are recovered (a dead claim
+#: with an open attempt becomes `unknown` first), nothing delivered before it is admitted and its
+#: unknowns reconciled (one the provider never got is delivered in the same pass), and cleanup
+#: sees every send the pass recorded
+GATES = (Gate.RECOVER, Gate.ADMIT, Gate.RECONCILE, Gate.DELIVER, Gate.CLEAN)
+
+#: called after each gate with the gate and the pass's report so far (the chaos worker records
+#: one line per gate, so a kill loses only the counts of the gate it cuts)
+GateHook = Callable[[Gate, "SweepReport"], None]
+
+
+def admission(ledger: Ledger, policy: DeliveryPolicy, clock: Clock, period: Period) -> str | None:
+    """Why a period must not be delivered now (a missed week), or None; the snapshot is separate."""
+    return late.refusal(ledger, policy, period, clock.now())
 
 
 @dataclass
@@ -44,6 +76,8 @@ def _deliver(
     batch_size: int,
     concurrency: int,
     breaker_threshold: int | None,
+    max_items: int | None,
+    all_open: bool,
 ) -> None:
     """Delivers every due item of the periods not refused; a refusal found on the way is added."""
 
@@ -53,12 +87,14 @@ def _deliver(
             batch_size=batch_size,
             concurrency=concurrency,
             period=period,
+            max_items=max_items,
             breaker_threshold=breaker_threshold,
             report=report.delivered,
         )
 
     try:
-        if not report.refused:
+        # one claim loop over everything open, unless a period was refused or periods were named
+        if all_open and not report.refused:
             try:
                 run(None)
                 return
@@ -87,27 +123,63 @@ def sweep(
     `breaker_threshold` stops the deliveries after that many consecutive attempts failed with
     the same code (None: never); see `deliver_due`.
     """
-    ledger, clock = deliverer.ledger, deliverer.clock
+    return run_pass(
+        deliverer,
+        batch_size=batch_size,
+        concurrency=concurrency,
+        cleanup_mode=cleanup_mode,
+        breaker_threshold=breaker_threshold,
+    )
+
+
+def run_pass(
+    deliverer: Deliverer,
+    periods: Sequence[Period] | None = None,
+    *,
+    batch_size: int,
+    concurrency: int,
+    cleanup_mode: CleanupMode | None = CleanupMode.ARCHIVE,
+    breaker_threshold: int | None = None,
+    max_items: int | None = None,
+    on_gate: GateHook | None = None,
+) -> SweepReport:
+    """The gates of `GATES` once, in order, over `periods` (None: every open period).
+
+    `max_items` bounds the claims of the delivery gate; `on_gate` sees the report after each gate.
+    """
+    ledger, clock, policy = deliverer.ledger, deliverer.clock, deliverer.policy
+
+    def passed(gate: Gate) -> None:
+        if on_gate is not None:
+            on_gate(gate, report)
+
     report = SweepReport(recovered=ledger.recover_expired_leases(clock.now()))
-    for period in ledger.open_periods():
-        why = late.refusal(ledger, deliverer.policy, period, clock.now())
+    passed(Gate.RECOVER)
+    for period in ledger.open_periods() if periods is None else periods:
+        why = admission(ledger, policy, clock, period)
         if why is None:
             why = deliverer.snapshot_refusal(period)
         if why is None:
             report.periods.append(period)
         else:
             report.refused[period] = why
+    passed(Gate.ADMIT)
     for period in report.periods:
         report.reconciled[period] = reconcile_period(
-            ledger, deliverer.mailer, clock, deliverer.policy, period
+            ledger, deliverer.mailer, clock, policy, period
         )
-    _deliver(deliverer, report, batch_size, concurrency, breaker_threshold)
+    passed(Gate.RECONCILE)
+    _deliver(
+        deliverer, report, batch_size, concurrency, breaker_threshold, max_items, periods is None
+    )
+    passed(Gate.DELIVER)
     if cleanup_mode is not None:
         for period in list(report.periods):
             try:
                 report.cleaned[period] = clean_period(ledger, clock, period, cleanup_mode)
-            except SnapshotTampered as e:  # changed since this sweep checked it
+            except SnapshotTampered as e:  # changed since this pass checked it
                 report.refuse(period, str(e))
+    passed(Gate.CLEAN)
     log_event(
         "sweep",
         periods=len(report.periods),
