@@ -9,7 +9,6 @@ import getpass
 import json
 import logging
 import os
-import random
 import re
 import unicodedata
 from collections.abc import Iterator, Mapping, Sequence
@@ -21,8 +20,8 @@ from typing import TextIO
 
 from sqlalchemy import Engine
 
+from digest_pipeline import wiring
 from digest_pipeline.adapters.clock import SystemClock
-from digest_pipeline.adapters.factory import build_composer, build_mailer
 from digest_pipeline.adapters.sql_engine import create_ledger_engine, migrate
 from digest_pipeline.adapters.sql_identity import missing_sqlite_file
 from digest_pipeline.adapters.sql_ledger import SqlLedger
@@ -32,6 +31,7 @@ from digest_pipeline.domain.states import DeliveryState
 from digest_pipeline.ports import Clock, Mailer
 from digest_pipeline.services.deliver import Deliverer
 from digest_pipeline.settings import InvalidSetting, Settings, load_settings
+from digest_pipeline.wiring import build_composer, build_mailer
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 #: 128 + SIGPIPE: what a shell reports for a writer whose reader left (`yes | head` under
@@ -123,7 +123,7 @@ class Context:
 
     @property
     def ledger(self) -> SqlLedger:
-        return SqlLedger(self.engine)
+        return wiring.ledger_on(self.engine)
 
     @property
     def mailer(self) -> Mailer:
@@ -373,14 +373,12 @@ _ASCII_INT = re.compile(r"-?[0-9]+")
 
 def build_deliverer(ctx: Context, owner: str) -> Deliverer:
     """A delivery worker from the settings, as the Dagster delivery step builds one."""
-    settings = ctx.settings
-    return Deliverer(
+    return wiring.build_deliverer(
         ledger=ctx.ledger,
         mailer=ctx.mailer,
-        composer=build_composer(settings, ctx.clock),
+        composer=build_composer(ctx.settings, ctx.clock),
         clock=ctx.clock,
-        policy=settings.policy,
-        rand=random.Random().random,
+        policy=ctx.settings.policy,
         owner=owner,
     )
 

@@ -9,7 +9,6 @@ reconciles `unknown` items and records the period's numbers, read back from the 
 """
 
 import math
-import random
 from collections.abc import Iterator
 from typing import Any
 
@@ -22,9 +21,10 @@ from digest_pipeline.defs.resources import DeliveryResource
 from digest_pipeline.domain.periods import Period
 from digest_pipeline.domain.states import DeliveryState
 from digest_pipeline.ports import Clock, Composer, Ledger, Mailer
-from digest_pipeline.services.deliver import Deliverer, deliver_due
+from digest_pipeline.services.deliver import deliver_due
 from digest_pipeline.services.metrics import period_metrics
 from digest_pipeline.services.reconcile import reconcile_period
+from digest_pipeline.wiring import build_deliverer
 
 
 @dg.op(
@@ -73,13 +73,12 @@ def deliver_batch(
 ) -> dict[str, int]:
     """Claims and delivers up to one batch of the period's due items; returns only counts."""
     settings = delivery.settings()
-    deliverer = Deliverer(
-        ledger,
-        mailer,
-        composer,
-        clock,
-        settings.policy,
-        random.Random().random,
+    deliverer = build_deliverer(
+        ledger=ledger,
+        mailer=mailer,
+        composer=composer,
+        clock=clock,
+        policy=settings.policy,
         owner=f"{context.run.run_id[:8]}:{context.get_mapping_key()}",
     )
     with refused():

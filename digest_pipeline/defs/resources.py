@@ -20,17 +20,16 @@ import dagster as dg
 from pydantic import PrivateAttr
 from sqlalchemy import Engine
 
+from digest_pipeline import wiring
 from digest_pipeline.adapters.clock import SystemClock
 from digest_pipeline.adapters.customer_source import SqlCustomerSource
-from digest_pipeline.adapters.factory import build_composer, build_mailer
-from digest_pipeline.adapters.sql_engine import create_ledger_engine, migrate
-from digest_pipeline.adapters.sql_ledger import SqlLedger
 from digest_pipeline.defs.run_ledger import open_run_ledger
 from digest_pipeline.domain.breaker import DEFAULT_THRESHOLD
 from digest_pipeline.domain.model import CleanupMode
 from digest_pipeline.domain.policy import DeliveryPolicy
 from digest_pipeline.ports import Composer, CustomerSource, Ledger, Mailer
 from digest_pipeline.settings import InvalidSetting, Settings, load_settings
+from digest_pipeline.wiring import build_composer, build_mailer
 
 
 def _load(**overrides: object) -> Settings:
@@ -40,18 +39,12 @@ def _load(**overrides: object) -> Settings:
     return load_settings(env, Path.cwd())
 
 
-def _migrated_engine(url: str) -> Engine:
-    engine = create_ledger_engine(url)
-    migrate(engine)
-    return engine
-
-
 def open_ledger_engine(context: dg.InitResourceContext, database_url: str | None) -> Engine:
     """The run's ledger database, migrated; refuses (fails closed) when it is not the run's."""
     url = _load(database_url=database_url).database_url
     implicit = database_url is None and not os.environ.get("DIGEST_DATABASE_URL")
     return open_run_ledger(
-        context, url, implicit, _migrated_engine, SystemClock().now(), os.environ
+        context, url, implicit, wiring.migrated_engine, SystemClock().now(), os.environ
     )
 
 
@@ -74,7 +67,7 @@ class LedgerResource(_EngineResource):
     """The SQL ledger on `DIGEST_DATABASE_URL` (an SQLite file under `.digest/` by default)."""
 
     def create_resource(self, context: dg.InitResourceContext) -> Ledger:
-        return SqlLedger(self._open(context))
+        return wiring.ledger_on(self._open(context))
 
 
 class CustomerSourceResource(_EngineResource):

@@ -17,7 +17,6 @@ import dagster as dg
 from sqlalchemy import Engine, select
 
 from digest_pipeline.adapters.clock import SystemClock
-from digest_pipeline.adapters.factory import build_composer
 from digest_pipeline.adapters.outbox_mailer import OutboxMailer
 from digest_pipeline.adapters.sql_engine import create_ledger_engine
 from digest_pipeline.adapters.sql_ledger import SqlLedger
@@ -28,6 +27,7 @@ from digest_pipeline.domain.retry import RetryPolicy
 from digest_pipeline.services.deliver import Deliverer, deliver_due
 from digest_pipeline.services.enqueue import enqueue_period
 from digest_pipeline.settings import load_settings
+from digest_pipeline.wiring import build_composer
 from digest_pipeline_tests.cli.conftest import (
     PERMANENT,
     PROJECT,

@@ -25,7 +25,6 @@ from sqlalchemy import Engine, insert, select, update
 
 from digest_pipeline.adapters.customer_source import SqlCustomerSource
 from digest_pipeline.adapters.demo_data import seed_demo
-from digest_pipeline.adapters.factory import build_composer
 from digest_pipeline.adapters.sql_ledger import SqlLedger
 from digest_pipeline.adapters.sql_schema import customers as customers_table
 from digest_pipeline.adapters.sql_schema import orders as orders_table
@@ -35,6 +34,7 @@ from digest_pipeline.defs.resources import DeliveryResource
 from digest_pipeline.defs.sensors import digest_retry_sweeper
 from digest_pipeline.domain.periods import Period
 from digest_pipeline.settings import load_settings
+from digest_pipeline.wiring import build_composer
 from digest_pipeline_tests.dagster.harness import project
 from digest_pipeline_tests.fakes import FakeMailer, FixedClock
 

@@ -2,7 +2,6 @@ from pathlib import Path
 
 import pytest
 
-from digest_pipeline.adapters.factory import build_composer, build_mailer
 from digest_pipeline.adapters.http_mailer import HttpProviderMailer
 from digest_pipeline.adapters.outbox_mailer import OutboxMailer
 from digest_pipeline.adapters.render import Jinja2Composer
@@ -10,6 +9,7 @@ from digest_pipeline.adapters.smtp_mailer import SmtpMailer
 from digest_pipeline.domain.model import WorkItem
 from digest_pipeline.domain.states import DeliveryState
 from digest_pipeline.settings import load_settings
+from digest_pipeline.wiring import build_composer, build_mailer
 from digest_pipeline_tests.builders import digest_rows_for, email_of, key_of
 from digest_pipeline_tests.conftest import T0
 from digest_pipeline_tests.fakes import FixedClock
