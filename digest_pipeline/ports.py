@@ -109,14 +109,9 @@ class Composer(ABC):
         """The message for one work item."""
 
 
-class Ledger(ABC):
-    """The source of truth: snapshots, work items, attempts, cleanups, dead letters, audit.
+class SnapshotStore(ABC):
+    """The frozen eligibility selection of each period and the addresses it froze."""
 
-    Every state change is a compare-and-set on (operation key, expected state, lease token);
-    zero matched rows raise LostRace. Implementations must be safe to call from many threads.
-    """
-
-    # -- eligibility -----------------------------------------------------------------------
     @abstractmethod
     def freeze_snapshot(
         self, period: Period, run_id: str, selected_at: datetime, entries: Iterable[SnapshotEntry]
@@ -147,7 +142,10 @@ class Ledger(ABC):
         found = {k: self.recipient(k) for k in keys}
         return {k: r for k, r in found.items() if r is not None}
 
-    # -- generated content -----------------------------------------------------------------
+
+class ContentStore(ABC):
+    """The generated digest rows of each operation key, until cleanup removes them."""
+
     @abstractmethod
     def add_digest_rows(self, rows: Iterable[DigestRow]) -> int:
         """Stores generated rows; returns how many were written."""
@@ -188,7 +186,14 @@ class Ledger(ABC):
         """
         raise NotImplementedError(f"{type(self).__name__} cannot replace digest rows")
 
-    # -- work items ------------------------------------------------------------------------
+
+class WorkQueue(ABC):
+    """The work items as a queue: enqueue, claim with a fencing token, attempt, move.
+
+    Every state change is a compare-and-set on (operation key, expected state, lease token);
+    zero matched rows raise LostRace.
+    """
+
     @abstractmethod
     def enqueue(self, period: Period, now: datetime) -> EnqueueReceipt:
         """Creates one `pending` item per snapshot entry that has none; idempotent."""
@@ -206,6 +211,10 @@ class Ledger(ABC):
 
         Each claim carries a fresh fencing token; concurrent callers never get the same item.
         """
+
+    @abstractmethod
+    def due_count(self, now: datetime, period: Period | None = None) -> int:
+        """How many items `claim_due` could hand out now (optionally in one period)."""
 
     @abstractmethod
     def start_attempt(self, claim: Claim, now: datetime) -> AttemptTicket:
@@ -259,12 +268,43 @@ class Ledger(ABC):
         """Applies one guarded transition that closes no attempt."""
 
     @abstractmethod
-    def due_count(self, now: datetime, period: Period | None = None) -> int:
-        """How many items `claim_due` could hand out now (optionally in one period)."""
-
-    @abstractmethod
     def recover_expired_leases(self, now: datetime) -> LeaseRecovery:
         """Expired claims with no open attempt become due again; with one open, `unknown`."""
+
+
+class Cleaner(ABC):
+    """Cleanup of a sent item's rows: claimed and completed atomically, at most once per key."""
+
+    @abstractmethod
+    def clean(
+        self, key: OperationKey, token: int, mode: CleanupMode, now: datetime
+    ) -> CleanupReceipt:
+        """Claims the cleanup, removes the key's rows and marks the item cleaned, atomically.
+
+        In one transaction: insert the unique cleanup row, archive or delete the key's rows and
+        move the item `sent → cleaned`. A second call reports `already_cleaned`; an item that
+        is not `sent` raises LostRace and nothing changes.
+        """
+
+    def clean_many(
+        self, items: Sequence[tuple[OperationKey, int]], mode: CleanupMode, now: datetime
+    ) -> list[CleanupReceipt | DigestError]:
+        """`clean` for each (key, lease token), in order.
+
+        An item that cannot be cleaned gets its error (LostRace, UnknownWorkItem), and nothing
+        of it changes.
+        """
+        receipts: list[CleanupReceipt | DigestError] = []
+        for key, token in items:
+            try:
+                receipts.append(self.clean(key, token, mode, now))
+            except DigestError as e:
+                receipts.append(e)
+        return receipts
+
+
+class ReadModel(ABC):
+    """What status, checks, metrics, the simulator, benchmarks and chaos counts read."""
 
     @abstractmethod
     def get(self, key: OperationKey) -> WorkItem | None:
@@ -306,42 +346,9 @@ class Ledger(ABC):
     def open_periods(self) -> list[Period]:
         """Periods with items the system must still act on (any state but cleaned, failed, dead-lettered)."""
 
-    # -- cleanup ---------------------------------------------------------------------------
-    def clean_many(
-        self, items: Sequence[tuple[OperationKey, int]], mode: CleanupMode, now: datetime
-    ) -> list[CleanupReceipt | DigestError]:
-        """`clean` for each (key, lease token), in order.
-
-        An item that cannot be cleaned gets its error (LostRace, UnknownWorkItem), and nothing
-        of it changes.
-        """
-        receipts: list[CleanupReceipt | DigestError] = []
-        for key, token in items:
-            try:
-                receipts.append(self.clean(key, token, mode, now))
-            except DigestError as e:
-                receipts.append(e)
-        return receipts
-
-    @abstractmethod
-    def clean(
-        self, key: OperationKey, token: int, mode: CleanupMode, now: datetime
-    ) -> CleanupReceipt:
-        """Claims the cleanup, removes the key's rows and marks the item cleaned, atomically.
-
-        In one transaction: insert the unique cleanup row, archive or delete the key's rows and
-        move the item `sent → cleaned`. A second call reports `already_cleaned`; an item that
-        is not `sent` raises LostRace and nothing changes.
-        """
-
-    # -- dead letters, audit, invariants ---------------------------------------------------
     @abstractmethod
     def dead_letters(self, period: Period) -> list[DeadLetterRecord]:
         """The period's dead-letter rows, oldest first."""
-
-    @abstractmethod
-    def record_audit(self, entry: AuditEntry) -> None:
-        """Appends one audit row."""
 
     @abstractmethod
     def audit_log(self, period: Period | None = None) -> list[AuditEntry]:
@@ -358,3 +365,19 @@ class Ledger(ABC):
             now: the time a lease counts as expired against.
             names: evaluate only these invariants (by `INVARIANTS` name); all when None.
         """
+
+
+class AuditTrail(ABC):
+    """Operator and system actions that are not moves of an item (moves carry their own note)."""
+
+    @abstractmethod
+    def record_audit(self, entry: AuditEntry) -> None:
+        """Appends one audit row."""
+
+
+class Ledger(SnapshotStore, ContentStore, WorkQueue, Cleaner, ReadModel, AuditTrail):
+    """The source of truth: every role above, over one database (design §5).
+
+    The adapters implement it whole; a service names the roles it uses in its signature where
+    it needs fewer. Implementations must be safe to call from many threads.
+    """

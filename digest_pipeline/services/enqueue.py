@@ -2,11 +2,11 @@
 
 from digest_pipeline.domain.model import EnqueueReceipt
 from digest_pipeline.domain.periods import Period
-from digest_pipeline.ports import Clock, Ledger
+from digest_pipeline.ports import Clock, WorkQueue
 from digest_pipeline.services.logs import log_event
 
 
-def enqueue_period(ledger: Ledger, clock: Clock, period: Period) -> EnqueueReceipt:
+def enqueue_period(ledger: WorkQueue, clock: Clock, period: Period) -> EnqueueReceipt:
     """Creates the missing items of the period; existing ones are left as they are."""
     receipt = ledger.enqueue(period, clock.now())
     log_event("enqueued", period=period, created=receipt.created, existing=receipt.existing)

@@ -3,12 +3,12 @@
 from digest_pipeline.domain import transitions
 from digest_pipeline.domain.model import Attempt
 from digest_pipeline.domain.periods import OperationKey
-from digest_pipeline.ports import Ledger
+from digest_pipeline.ports import ReadModel
 
 #: the audit actor of every automatic reconciliation
 RECONCILE_ACTOR = "system:reconcile"
 
 
-def confirmed_attempt(ledger: Ledger, key: OperationKey) -> Attempt | None:
+def confirmed_attempt(ledger: ReadModel, key: OperationKey) -> Attempt | None:
     """The latest attempt the provider confirmed for the key, even one that lost its race."""
     return transitions.confirmed(ledger.attempts(key))

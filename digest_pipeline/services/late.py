@@ -11,14 +11,14 @@ from digest_pipeline.domain.errors import LateWeekRefused
 from digest_pipeline.domain.model import AuditEntry
 from digest_pipeline.domain.periods import Period
 from digest_pipeline.domain.policy import DeliveryPolicy
-from digest_pipeline.ports import Ledger
+from digest_pipeline.ports import AuditTrail, Ledger, ReadModel
 from digest_pipeline.services.logs import log_event
 
 #: the audit action of an operator's late-delivery grant
 LATE_ACTION = "deliver_late"
 
 
-def late_since(ledger: Ledger, period: Period) -> datetime | None:
+def late_since(ledger: ReadModel, period: Period) -> datetime | None:
     """When an operator last granted the period a late window, or None."""
     grants = [e.at for e in ledger.audit_log(period) if e.action == LATE_ACTION]
     return max(grants, default=None)
@@ -29,7 +29,7 @@ def closes_at(ledger: Ledger, policy: DeliveryPolicy, period: Period) -> datetim
     return policy.closes_at(period, late_since(ledger, period))
 
 
-def refusal(ledger: Ledger, policy: DeliveryPolicy, period: Period, now: datetime) -> str | None:
+def refusal(ledger: ReadModel, policy: DeliveryPolicy, period: Period, now: datetime) -> str | None:
     """The one-line reason a run of the period must not start now, or None."""
     # An open window needs no reads beyond the clock: the common case costs nothing.
     if now < policy.closes_at(period):
@@ -48,7 +48,7 @@ def require_deliverable(
 
 
 def grant_late_delivery(
-    ledger: Ledger,
+    ledger: AuditTrail,
     policy: DeliveryPolicy,
     period: Period,
     now: datetime,

@@ -27,7 +27,7 @@ from digest_pipeline.domain.model import (
 from digest_pipeline.domain.periods import OperationKey, Period
 from digest_pipeline.domain.possible_sends import unsettled_uncertain_attempts
 from digest_pipeline.domain.states import REPLAYABLE, DeliveryState
-from digest_pipeline.ports import Clock, Ledger, Mailer
+from digest_pipeline.ports import Clock, Ledger, Mailer, ReadModel
 from digest_pipeline.services.evidence import confirmed_attempt
 from digest_pipeline.services.logs import log_event
 
@@ -104,7 +104,9 @@ class ReplayReport:
         return tuple(line.key for line in self.lines if line.plan is ReplayPlan.POSSIBLE_DUPLICATE)
 
 
-def _validate(ledger: Ledger, period: Period, keys: list[OperationKey], cap: int) -> list[WorkItem]:
+def _validate(
+    ledger: ReadModel, period: Period, keys: list[OperationKey], cap: int
+) -> list[WorkItem]:
     unique = list(dict.fromkeys(keys))
     if not unique:
         raise ReplayRefused("replay needs at least one key")
@@ -135,7 +137,7 @@ class _Planned:
     possible_send: PossibleSend | None = None
 
 
-def _plan(ledger: Ledger, mailer: Mailer, item: WorkItem, audit: list[AuditEntry]) -> _Planned:
+def _plan(ledger: ReadModel, mailer: Mailer, item: WorkItem, audit: list[AuditEntry]) -> _Planned:
     history = ledger.attempts(item.key)
     if confirmed_attempt(ledger, item.key) is not None:
         return _Planned(item, ReplayPlan.ALREADY_DELIVERED, "ledger_attempt")

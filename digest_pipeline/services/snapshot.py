@@ -18,7 +18,7 @@ from datetime import datetime
 
 from digest_pipeline.domain.model import Exclusion, SnapshotEntry, exclusion, is_eligible
 from digest_pipeline.domain.periods import Period
-from digest_pipeline.ports import Clock, CustomerSource, Ledger
+from digest_pipeline.ports import Clock, CustomerSource, SnapshotStore
 from digest_pipeline.services.logs import log_event
 
 
@@ -77,7 +77,7 @@ def count_exclusions(source: CustomerSource) -> ExclusionCount:
 
 
 def take_snapshot(
-    source: CustomerSource, ledger: Ledger, clock: Clock, period: Period, run_id: str
+    source: CustomerSource, ledger: SnapshotStore, clock: Clock, period: Period, run_id: str
 ) -> SnapshotReport:
     """Freezes the period's selection, or reports the one frozen before."""
     existing = ledger.snapshot(period)

@@ -10,7 +10,7 @@ from datetime import datetime
 
 from digest_pipeline.domain.errors import SnapshotTampered
 from digest_pipeline.domain.periods import Period
-from digest_pipeline.ports import Ledger
+from digest_pipeline.ports import Ledger, ReadModel
 from digest_pipeline.services.logs import log_event
 
 SNAPSHOT_UNCHANGED = "snapshot_unchanged"
@@ -25,7 +25,7 @@ def refusal_line(period: Period) -> str:
     )
 
 
-def snapshot_refusal(ledger: Ledger, period: Period, now: datetime) -> str | None:
+def snapshot_refusal(ledger: ReadModel, period: Period, now: datetime) -> str | None:
     """The refusal line of a period whose snapshot changed after the freeze, or None."""
     [result] = ledger.check_invariants(period, now, names={SNAPSHOT_UNCHANGED})
     if result.passed:
