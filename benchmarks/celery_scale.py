@@ -36,9 +36,9 @@ Targets: 2 workers >= 1.6x one worker's sends_per_s; zero duplicates (provider a
 Without PostgreSQL (`DIGEST_TEST_DATABASE_URL`, `DAGSTER_TEST_PG_URL`) or Redis
 (`DIGEST_TEST_REDIS_URL`) the rows are reported as skipped.
 
-This benchmark imports the test package's Celery rig and HTTP provider
-(`digest_pipeline_tests.celery_rig`, `digest_pipeline_tests.provider_server`), as
-`benchmarks.chaos` imports its harness: the same workers the integration test runs.
+This benchmark runs the rigs' Celery rig and HTTP provider
+(`digest_pipeline.rigs.servers.celery_rig`, `digest_pipeline.rigs.servers.provider_server`), as
+`benchmarks.chaos` runs the rigs' chaos harness: the same workers the integration test runs.
 """
 
 import argparse
@@ -56,9 +56,9 @@ from typing import Any
 from sqlalchemy import func, select
 
 from benchmarks import common
-from digest_pipeline.adapters.sql_engine import create_ledger_engine
-from digest_pipeline.adapters.sql_invariants import evaluate_invariants
-from digest_pipeline.adapters.sql_schema import attempts, work_items
+from digest_pipeline.adapters.sql.engine import create_ledger_engine
+from digest_pipeline.adapters.sql.invariants import evaluate_invariants
+from digest_pipeline.adapters.sql.schema import attempts, work_items
 from digest_pipeline.domain.periods import Period
 
 MODULE = "benchmarks.celery_scale"
@@ -68,7 +68,7 @@ LATENCY_MS = 50.0
 BATCH_SIZE = 250
 CONCURRENCY = 4
 PERIOD = Period(2026, 42)
-#: the test suite's fixed seeding time (digest_pipeline_tests/conftest.py T0)
+#: the demo shop's seed (seeded at the rigs' fixed T0, digest_pipeline/rigs/seeding.py)
 SEED = 11
 DAGSTER_URL_ENV = "DAGSTER_TEST_PG_URL"
 REDIS_URL_ENV = "DIGEST_TEST_REDIS_URL"
@@ -161,7 +161,7 @@ def _ledger_figures(url: str, run_id: str) -> tuple[int, dict[str, int], int]:
 def _measure(opts: Options, workers: int, root: Path) -> dict[str, Any]:
     import redis
 
-    from digest_pipeline_tests.celery_rig import (
+    from digest_pipeline.rigs.servers.celery_rig import (
         CeleryRig,
         finished,
         fresh_database,
@@ -170,7 +170,7 @@ def _measure(opts: Options, workers: int, root: Path) -> dict[str, Any]:
         seeded_ledger,
         step_workers,
     )
-    from digest_pipeline_tests.provider_server import ProviderServer
+    from digest_pipeline.rigs.servers.provider_server import ProviderServer
 
     broker = os.environ[REDIS_URL_ENV]
     redis.Redis.from_url(broker).flushdb()

@@ -32,10 +32,11 @@ from sqlalchemy import Engine, case, event, func, select
 from sqlalchemy.engine import make_url
 
 from digest_pipeline.adapters.demo_data import seed_demo
-from digest_pipeline.adapters.sql_engine import create_ledger_engine, migrate
-from digest_pipeline.adapters.sql_schema import attempts, work_items
+from digest_pipeline.adapters.sql.engine import create_ledger_engine
+from digest_pipeline.adapters.sql.schema import attempts, work_items
 from digest_pipeline.domain.periods import Period
 from digest_pipeline.instance import prepare_home
+from digest_pipeline.rigs.bootstrap import open_rig_ledger
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_JSON_DIR = ROOT / ".digest" / "bench"
@@ -134,12 +135,8 @@ class Seeded:
 
 def seed(url: str, customers: int, now: datetime) -> Seeded:
     """Migrates and seeds the demo shop (not timed by any benchmark)."""
-    engine = create_ledger_engine(url)
-    try:
-        migrate(engine)
-        r = seed_demo(engine, customers=customers, seed=SEED, now=now)
-    finally:
-        engine.dispose()
+    with open_rig_ledger(url) as ledger:
+        r = seed_demo(ledger.engine, customers=customers, seed=SEED, now=now)
     # the demo's inactive / not-opted-in / invalid groups do not overlap (demo_data.P_*)
     return Seeded(customers, customers - r.inactive - r.not_opted_in, r.invalid_addresses)
 

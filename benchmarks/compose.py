@@ -10,10 +10,9 @@ import argparse
 import time
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
-from typing import Any
 
-from digest_pipeline.adapters.mime import to_bytes
-from digest_pipeline.adapters.render import Jinja2Composer, _pick
+from digest_pipeline.adapters.mail.mime import to_bytes
+from digest_pipeline.adapters.mail.render import Jinja2Composer, pick_of
 from digest_pipeline.domain.model import DigestRow, WorkItem
 from digest_pipeline.domain.periods import OperationKey, Period
 from digest_pipeline.domain.states import DeliveryState
@@ -72,10 +71,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
     work = [_work(n, args.picks) for n in range(args.messages)]
     messages = [composer.compose(*w) for w in work]  # also warms Jinja2 and the email package
-    templates: dict[str, Any] = composer._templates
+    templates = composer.templates
     item, _, first_rows = work[0]
     context = {
-        "picks": [_pick(item.key, r) for r in first_rows],
+        "picks": [pick_of(item.key, r) for r in first_rows],
         "customer_name": "Ada",
         "shop_name": "Example Shop",
         "period_label": "week 42, 2026",

@@ -18,11 +18,12 @@ import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from digest_pipeline.adapters.customer_source import SqlCustomerSource
 from digest_pipeline.adapters.demo_data import seed_demo
-from digest_pipeline.adapters.sql_engine import create_ledger_engine, migrate
-from digest_pipeline.adapters.sql_ledger import SqlLedger
+from digest_pipeline.adapters.sql.customer_source import SqlCustomerSource
+from digest_pipeline.adapters.sql.engine import create_ledger_engine
+from digest_pipeline.adapters.sql.ledger import SqlLedger
 from digest_pipeline.domain.periods import Period
+from digest_pipeline.rigs.bootstrap import open_rig_ledger
 from digest_pipeline.services.content import generate_content
 from digest_pipeline.services.snapshot import take_snapshot
 
@@ -44,11 +45,9 @@ def seeded(customers: int, directory: Path) -> Path:
         return path
     partial = path.with_suffix(".partial")
     partial.unlink(missing_ok=True)
-    engine = create_ledger_engine(f"sqlite:///{partial}")
-    migrate(engine)
-    seed_demo(engine, customers=customers, seed=7, now=NOW)
-    take_snapshot(SqlCustomerSource(engine), SqlLedger(engine), _Clock(), PERIOD, "bench")  # type: ignore[arg-type]
-    engine.dispose()
+    with open_rig_ledger(f"sqlite:///{partial}") as ledger:
+        seed_demo(ledger.engine, customers=customers, seed=7, now=NOW)
+        take_snapshot(SqlCustomerSource(ledger.engine), ledger, _Clock(), PERIOD, "bench")  # type: ignore[arg-type]
     partial.rename(path)
     return path
 

@@ -17,10 +17,9 @@ from typing import Any
 from benchmarks import common
 from benchmarks.bench_defs import BenchMailer
 from digest_pipeline.adapters.clock import SystemClock
-from digest_pipeline.adapters.customer_source import SqlCustomerSource
-from digest_pipeline.adapters.factory import build_composer
-from digest_pipeline.adapters.sql_engine import create_ledger_engine
-from digest_pipeline.adapters.sql_ledger import SqlLedger
+from digest_pipeline.adapters.sql.customer_source import SqlCustomerSource
+from digest_pipeline.adapters.sql.engine import create_ledger_engine
+from digest_pipeline.adapters.sql.ledger import SqlLedger
 from digest_pipeline.defs.resources import DeliveryResource
 from digest_pipeline.domain.periods import Period
 from digest_pipeline.services.content import generate_content
@@ -28,6 +27,7 @@ from digest_pipeline.services.deliver import Deliverer, deliver_due
 from digest_pipeline.services.enqueue import enqueue_period
 from digest_pipeline.services.snapshot import take_snapshot
 from digest_pipeline.settings import load_settings
+from digest_pipeline.wiring import build_composer
 
 MODULE = "benchmarks.latency"
 CONCURRENCY = (16, 64, 256)

@@ -121,7 +121,7 @@ def _digest_rows(shop: Shop, period: Period) -> list[dict[str, Any]]:
     """`digest run --period P` twice, each timed from process start to exit."""
     import dagster as dg
 
-    from digest_pipeline_tests.webserver import digest_run
+    from digest_pipeline.rigs.servers.webserver import digest_run
 
     rows = []
     for name in PASSES:
@@ -154,7 +154,7 @@ def _digest_rows(shop: Shop, period: Period) -> list[dict[str, Any]]:
 
 def _ui_rows(shop: Shop, period: Period, executor: str, timeout: float) -> list[dict[str, Any]]:
     """The week launched twice from the webserver, each timed from launch to its end."""
-    from digest_pipeline_tests.webserver import (
+    from digest_pipeline.rigs.servers.webserver import (
         launch_partition,
         run_messages,
         running_webserver,

@@ -8,12 +8,12 @@ import random
 
 from sqlalchemy import Engine
 
-from digest_pipeline.adapters.http_mailer import HttpProviderMailer
-from digest_pipeline.adapters.outbox_mailer import OutboxMailer
-from digest_pipeline.adapters.render import Jinja2Composer
-from digest_pipeline.adapters.smtp_mailer import SmtpMailer
-from digest_pipeline.adapters.sql_engine import create_ledger_engine, migrate
-from digest_pipeline.adapters.sql_ledger import SqlLedger
+from digest_pipeline.adapters.mail.http import HttpProviderMailer
+from digest_pipeline.adapters.mail.outbox import OutboxMailer
+from digest_pipeline.adapters.mail.render import Jinja2Composer
+from digest_pipeline.adapters.mail.smtp import SmtpMailer
+from digest_pipeline.adapters.sql.engine import create_ledger_engine, migrate
+from digest_pipeline.adapters.sql.ledger import SqlLedger
 from digest_pipeline.domain.policy import DeliveryPolicy
 from digest_pipeline.domain.retry import RandomSource
 from digest_pipeline.ports import Clock, Composer, Ledger, Mailer

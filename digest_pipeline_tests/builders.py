@@ -1,89 +1,35 @@
 """Small, explicit builders for the service tier: customers, a frozen and enqueued period, a worker.
 
 Every value they make is recognisable in a failure message (`customer-0007`, its address, its
-row titles), and every default is visible here rather than hidden in a fixture.
+row titles), and every default is visible here rather than hidden in a fixture. The numbered
+customers and `seed_period` are the rigs' (`digest_pipeline.rigs.seeding`, which the chaos harness
+seeds with too), re-exported here.
 """
 
 from datetime import datetime
 
-from digest_pipeline.domain.model import (
-    Customer,
-    DigestRow,
-    InvariantResult,
-    SnapshotEntry,
-)
+from digest_pipeline.domain.model import Customer, InvariantResult
 from digest_pipeline.domain.periods import OperationKey, Period
 from digest_pipeline.domain.policy import DeliveryPolicy
 from digest_pipeline.domain.retry import RandomSource
 from digest_pipeline.domain.states import DeliveryState
 from digest_pipeline.ports import Clock, Composer, Ledger, Mailer
+from digest_pipeline.rigs.seeding import ROWS_PER_CUSTOMER as ROWS_PER_CUSTOMER
+from digest_pipeline.rigs.seeding import T0, W42
+from digest_pipeline.rigs.seeding import customer_id as customer_id
+from digest_pipeline.rigs.seeding import digest_rows_for as digest_rows_for
+from digest_pipeline.rigs.seeding import email_of as email_of
+from digest_pipeline.rigs.seeding import key_of as key_of
+from digest_pipeline.rigs.seeding import row_title as row_title
+from digest_pipeline.rigs.seeding import seed_period as seed_period
 from digest_pipeline.services.deliver import Deliverer, DeliveryReport, deliver_due
-from digest_pipeline_tests.conftest import T0, W42
 from digest_pipeline_tests.fakes import FakeComposer, FakeLedger
-
-#: generated rows per customer made by `frozen_ledger`
-ROWS_PER_CUSTOMER = 2
-
-
-def customer_id(n: int) -> str:
-    return f"customer-{n:04d}"
-
-
-def email_of(n: int) -> str:
-    return f"shopper.{n:04d}@mailbox.example"
-
-
-def row_title(n: int, position: int) -> str:
-    """A digest row title unlikely to appear anywhere by accident."""
-    return f"Walnut Serving Board #{n:04d}/{position}"
-
-
-def key_of(n: int, period: Period = W42) -> OperationKey:
-    return OperationKey(period, customer_id(n))
 
 
 def make_customer(
     n: int, *, active: bool = True, opted_in: bool = True, email: str | None = None
 ) -> Customer:
     return Customer(customer_id(n), email if email is not None else email_of(n), active, opted_in)
-
-
-def digest_rows_for(key: OperationKey, n: int, count: int = ROWS_PER_CUSTOMER) -> list[DigestRow]:
-    return [
-        DigestRow(
-            key,
-            position,
-            {
-                "title": row_title(n, position),
-                "price": "12.50",
-                "url": f"https://shop.example/p/{n:04d}-{position}",
-            },
-        )
-        for position in range(count)
-    ]
-
-
-def seed_period(
-    ledger: Ledger,
-    count: int,
-    *,
-    period: Period = W42,
-    now: datetime = T0,
-    rows_per_customer: int = ROWS_PER_CUSTOMER,
-    enqueue: bool = True,
-) -> list[OperationKey]:
-    """Freezes customers 1..count for `period`, stores their rows and (by default) enqueues one
-    pending item each, all at `now`; returns their operation keys."""
-    numbers = range(1, count + 1)
-    ledger.freeze_snapshot(
-        period, "run-snapshot", now, [SnapshotEntry(customer_id(n), email_of(n)) for n in numbers]
-    )
-    ledger.add_digest_rows(
-        row for n in numbers for row in digest_rows_for(key_of(n, period), n, rows_per_customer)
-    )
-    if enqueue:
-        ledger.enqueue(period, now)
-    return [key_of(n, period) for n in numbers]
 
 
 def frozen_ledger(

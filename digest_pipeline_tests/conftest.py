@@ -2,27 +2,25 @@
 
 PostgreSQL comes from `DIGEST_TEST_DATABASE_URL` (set by `make test`). Without it the PostgreSQL
 cases skip locally and *fail* under `CI=true`, so a green CI cannot hide an untested tier.
+`T0` (Monday 06:00 UTC after 2026-W42) and `W42` are the rigs' (`digest_pipeline.rigs.seeding`).
 """
 
 import os
 import shutil
 from collections.abc import Callable, Iterator
-from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 from sqlalchemy import Engine, text
 
-from digest_pipeline.adapters.sql_engine import create_ledger_engine, migrate
-from digest_pipeline.adapters.sql_ledger import SqlLedger
-from digest_pipeline.adapters.sql_schema import metadata
-from digest_pipeline.domain.periods import Period
+from digest_pipeline.adapters.sql.engine import create_ledger_engine, migrate
+from digest_pipeline.adapters.sql.ledger import SqlLedger
+from digest_pipeline.adapters.sql.schema import metadata
 from digest_pipeline.ports import Ledger
+from digest_pipeline.rigs.seeding import T0 as T0
+from digest_pipeline.rigs.seeding import W42 as W42
 from digest_pipeline_tests.fakes import FakeLedger, FixedClock
 
-#: Monday 06:00 UTC after 2026-W42: when the weekly schedule delivers that week.
-T0 = datetime(2026, 10, 19, 6, 0, tzinfo=UTC)
-W42 = Period(2026, 42)
 BACKENDS = ["fake", "sqlite", pytest.param("postgres", marks=pytest.mark.integration)]
 SQL_BACKENDS = ["sqlite", pytest.param("postgres", marks=pytest.mark.integration)]
 

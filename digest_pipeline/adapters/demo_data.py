@@ -15,10 +15,10 @@ from typing import Any
 from sqlalchemy import Connection, Engine, Table
 from sqlalchemy.dialects import postgresql, sqlite
 
-from digest_pipeline.adapters.sql_engine import migrate
-from digest_pipeline.adapters.sql_schema import customers as customers_table
-from digest_pipeline.adapters.sql_schema import orders as orders_table
-from digest_pipeline.adapters.sql_schema import products as products_table
+from digest_pipeline.adapters.sql.engine import migrate
+from digest_pipeline.adapters.sql.schema import customers as customers_table
+from digest_pipeline.adapters.sql.schema import orders as orders_table
+from digest_pipeline.adapters.sql.schema import products as products_table
 from digest_pipeline.domain.periods import Period
 
 #: rows per INSERT batch: large enough to amortise round trips, small enough to bound memory

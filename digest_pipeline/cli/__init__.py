@@ -17,7 +17,7 @@ from typing import NoReturn, TextIO
 
 from sqlalchemy.exc import SQLAlchemyError
 
-from digest_pipeline.adapters.sql_engine import LedgerDatabaseError
+from digest_pipeline.adapters.sql.engine import LedgerDatabaseError
 from digest_pipeline.cli import (
     audit,
     dead_letters,

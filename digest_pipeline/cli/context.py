@@ -22,9 +22,9 @@ from sqlalchemy import Engine
 
 from digest_pipeline import wiring
 from digest_pipeline.adapters.clock import SystemClock
-from digest_pipeline.adapters.sql_engine import create_ledger_engine, migrate
-from digest_pipeline.adapters.sql_identity import missing_sqlite_file
-from digest_pipeline.adapters.sql_ledger import SqlLedger
+from digest_pipeline.adapters.sql.engine import create_ledger_engine, migrate
+from digest_pipeline.adapters.sql.identity import missing_sqlite_file
+from digest_pipeline.adapters.sql.ledger import SqlLedger
 from digest_pipeline.domain.errors import DigestError
 from digest_pipeline.domain.periods import FIRST_PERIOD, Period
 from digest_pipeline.domain.states import DeliveryState

@@ -11,7 +11,7 @@ One audit row per run names the operator and the reason.
 import argparse
 from typing import Any
 
-from digest_pipeline.adapters.customer_source import SqlCustomerSource
+from digest_pipeline.adapters.sql.customer_source import SqlCustomerSource
 from digest_pipeline.cli.context import (
     EXIT_OK,
     Context,

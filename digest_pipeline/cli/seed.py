@@ -4,8 +4,8 @@ import argparse
 import uuid
 from typing import Any
 
-from digest_pipeline.adapters.customer_source import SqlCustomerSource
 from digest_pipeline.adapters.demo_data import seed_demo
+from digest_pipeline.adapters.sql.customer_source import SqlCustomerSource
 from digest_pipeline.cli.context import (
     EXIT_OK,
     Context,

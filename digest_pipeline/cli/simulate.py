@@ -17,7 +17,7 @@ from digest_pipeline.cli.context import EXIT_FAILED, EXIT_OK, Context, UsageErro
 from digest_pipeline.domain.errors import InvalidPolicy
 from digest_pipeline.domain.policy import DeliveryPolicy
 from digest_pipeline.domain.retry import RetryPolicy
-from digest_pipeline.sim.config import MAX_CUSTOMERS, FaultMix, SimConfig
+from digest_pipeline.rigs.sim.config import MAX_CUSTOMERS, FaultMix, SimConfig
 
 RETRY = RetryPolicy()
 FAULTS = FaultMix()
@@ -278,7 +278,7 @@ def _check_output(flag: str, path: Path | None, suffix: str | None = None) -> No
 
 def run_simulate(ctx: Context, args: argparse.Namespace) -> int:
     """Runs the grid and prints (and writes) its results."""
-    from digest_pipeline.sim import grid, report  # pandas is imported only here
+    from digest_pipeline.rigs.sim import grid, report  # pandas is imported only here
 
     config = build_config(args)
     _check_output("--json", args.json)

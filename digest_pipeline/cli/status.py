@@ -8,7 +8,7 @@ nothing else shows them. Invalid ids are counted, never printed; such an id may 
 import argparse
 from typing import Any
 
-from digest_pipeline.adapters.customer_source import SqlCustomerSource
+from digest_pipeline.adapters.sql.customer_source import SqlCustomerSource
 from digest_pipeline.cli.context import (
     EXIT_FAILED,
     EXIT_OK,

@@ -16,7 +16,7 @@ from pydantic import PrivateAttr
 from sqlalchemy import Engine
 
 from digest_pipeline.adapters.clock import SystemClock
-from digest_pipeline.adapters.sql_step_outputs import OutputAddress, SqlStepOutputs
+from digest_pipeline.adapters.sql.step_outputs import OutputAddress, SqlStepOutputs
 from digest_pipeline.defs.resources import open_ledger_engine
 
 #: how long a run's outputs stay readable by its re-executions

@@ -22,7 +22,7 @@ from sqlalchemy import Engine
 
 from digest_pipeline import wiring
 from digest_pipeline.adapters.clock import SystemClock
-from digest_pipeline.adapters.customer_source import SqlCustomerSource
+from digest_pipeline.adapters.sql.customer_source import SqlCustomerSource
 from digest_pipeline.defs.run_ledger import open_run_ledger
 from digest_pipeline.domain.breaker import DEFAULT_THRESHOLD
 from digest_pipeline.domain.model import CleanupMode

@@ -12,7 +12,7 @@ from datetime import datetime
 import dagster as dg
 from sqlalchemy import Engine
 
-from digest_pipeline.adapters.sql_identity import ledger_id, missing_sqlite_file, shown_url
+from digest_pipeline.adapters.sql.identity import ledger_id, missing_sqlite_file, shown_url
 from digest_pipeline.defs.run_settings import check_run_settings
 from digest_pipeline.domain.errors import LedgerMismatch, RunSettingsMismatch
 

@@ -33,7 +33,7 @@ class Product:
     created_at: datetime
 
 
-#: the catalogue's column widths (sql_schema.products): a longer value did not come from there
+#: the catalogue's column widths (adapters.sql.schema.products): a longer value did not come from there
 _ID_MAX, _TITLE_MAX, _URL_MAX = 64, 300, 500
 #: a price above this (100 million in major units) is a data error, not a product
 MAX_PRICE_CENTS = 10_000_000_000

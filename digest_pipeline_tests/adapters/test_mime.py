@@ -2,7 +2,7 @@ import sys
 
 import pytest
 
-from digest_pipeline.adapters.mime import check_message, to_bytes
+from digest_pipeline.adapters.mail.mime import check_message, to_bytes
 from digest_pipeline.domain.errors import RenderError
 from digest_pipeline.domain.model import Message
 from digest_pipeline.domain.periods import OperationKey

@@ -6,8 +6,8 @@ become a permanent `render_error` before any mailer opens a file or a connection
 
 import pytest
 
-from digest_pipeline.adapters.mime import check_message, to_bytes
-from digest_pipeline.adapters.outbox_mailer import OutboxMailer
+from digest_pipeline.adapters.mail.mime import check_message, to_bytes
+from digest_pipeline.adapters.mail.outbox import OutboxMailer
 from digest_pipeline.domain.errors import RenderError
 from digest_pipeline.domain.failures import FailureClass
 from digest_pipeline_tests.adapters.test_mime import KEY, message

@@ -4,7 +4,7 @@ import threading
 
 import pytest
 
-from digest_pipeline.adapters.outbox_mailer import OutboxMailer, file_name
+from digest_pipeline.adapters.mail.outbox import OutboxMailer, file_name
 from digest_pipeline.domain.failures import FailureClass
 from digest_pipeline.domain.model import LookupStatus, Message, message_id_for
 from digest_pipeline.domain.periods import OperationKey

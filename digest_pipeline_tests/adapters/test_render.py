@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from digest_pipeline.adapters.mime import to_bytes
-from digest_pipeline.adapters.render import Jinja2Composer, unsubscribe_token
+from digest_pipeline.adapters.mail.mime import to_bytes
+from digest_pipeline.adapters.mail.render import Jinja2Composer, unsubscribe_token
 from digest_pipeline.domain.errors import RenderError
 from digest_pipeline.domain.model import DigestRow, Message, WorkItem, message_id_for
 from digest_pipeline.domain.periods import OperationKey

@@ -15,13 +15,13 @@ import pytest
 from sqlalchemy import Engine, insert, text
 from sqlalchemy.exc import IntegrityError, OperationalError, SQLAlchemyError
 
-from digest_pipeline.adapters.sql_engine import (
+from digest_pipeline.adapters.sql.engine import (
     LedgerDatabaseError,
     create_ledger_engine,
     describe_statement,
 )
-from digest_pipeline.adapters.sql_ledger import SqlLedger
-from digest_pipeline.adapters.sql_schema import eligibility_snapshot, period_runs
+from digest_pipeline.adapters.sql.ledger import SqlLedger
+from digest_pipeline.adapters.sql.schema import eligibility_snapshot, period_runs
 from digest_pipeline.cli import main
 from digest_pipeline.domain.model import SnapshotEntry
 from digest_pipeline_tests.builders import email_of, key_of

@@ -6,7 +6,7 @@ from datetime import timedelta
 import pytest
 from sqlalchemy import Engine
 
-from digest_pipeline.adapters.sql_step_outputs import OutputAddress, SqlStepOutputs, StepOutputError
+from digest_pipeline.adapters.sql.step_outputs import OutputAddress, SqlStepOutputs, StepOutputError
 from digest_pipeline_tests.conftest import SQL_BACKENDS, T0
 
 PLAN = OutputAddress("run-1", "digest_deliveries.plan_batches", "before")

@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine, select
 
-from digest_pipeline.adapters.outbox_mailer import OutboxMailer
-from digest_pipeline.adapters.sql_ledger import SqlLedger
-from digest_pipeline.adapters.sql_schema import metadata
+from digest_pipeline.adapters.mail.outbox import OutboxMailer
+from digest_pipeline.adapters.sql.ledger import SqlLedger
+from digest_pipeline.adapters.sql.schema import metadata
 from digest_pipeline.cli import context, main
 from digest_pipeline.domain.failures import FailureClass, SendOutcome
 from digest_pipeline.domain.model import Message

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy.exc import OperationalError
 
-from digest_pipeline.adapters.sql_engine import (
+from digest_pipeline.adapters.sql.engine import (
     create_ledger_engine,
     head_revision,
     migrate,

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 from sqlalchemy import Engine, insert
 
-from digest_pipeline.adapters.sql_ledger import SqlLedger
-from digest_pipeline.adapters.sql_schema import audit_log
+from digest_pipeline.adapters.sql.ledger import SqlLedger
+from digest_pipeline.adapters.sql.schema import audit_log
 from digest_pipeline.cli.context import EXIT_OUTPUT_CLOSED
 from digest_pipeline.domain.periods import FIRST_PERIOD
 from digest_pipeline_tests.builders import seed_period

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import text
 
-from digest_pipeline.adapters.sql_engine import create_ledger_engine
+from digest_pipeline.adapters.sql.engine import create_ledger_engine
 from digest_pipeline.cli import main
 from digest_pipeline_tests.cli.conftest import digest
 

@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 import pytest
 from sqlalchemy import create_engine, insert
 
-from digest_pipeline.adapters.sql_schema import customers
+from digest_pipeline.adapters.sql.schema import customers
 from digest_pipeline_tests.cli.conftest import digest
 
 LONG = "a" * 64 + "@" + "b" * 300  # 365 characters

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from digest_pipeline.adapters.sql_engine import create_ledger_engine
-from digest_pipeline.adapters.sql_ledger import SqlLedger
+from digest_pipeline.adapters.sql.engine import create_ledger_engine
+from digest_pipeline.adapters.sql.ledger import SqlLedger
 from digest_pipeline.cli.context import os_user
 from digest_pipeline.domain.periods import Period
 from digest_pipeline.domain.states import DeliveryState

@@ -17,10 +17,10 @@ import dagster as dg
 from sqlalchemy import Engine, select
 
 from digest_pipeline.adapters.clock import SystemClock
-from digest_pipeline.adapters.outbox_mailer import OutboxMailer
-from digest_pipeline.adapters.sql_engine import create_ledger_engine
-from digest_pipeline.adapters.sql_ledger import SqlLedger
-from digest_pipeline.adapters.sql_schema import customers, digest_rows, digest_rows_archive
+from digest_pipeline.adapters.mail.outbox import OutboxMailer
+from digest_pipeline.adapters.sql.engine import create_ledger_engine
+from digest_pipeline.adapters.sql.ledger import SqlLedger
+from digest_pipeline.adapters.sql.schema import customers, digest_rows, digest_rows_archive
 from digest_pipeline.domain.periods import OperationKey, Period
 from digest_pipeline.domain.policy import DeliveryPolicy
 from digest_pipeline.domain.retry import RetryPolicy

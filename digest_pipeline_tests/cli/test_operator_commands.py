@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 import pytest
 
-from digest_pipeline.adapters.outbox_mailer import OutboxMailer
+from digest_pipeline.adapters.mail.outbox import OutboxMailer
 from digest_pipeline.domain.periods import Period
 from digest_pipeline_tests.builders import key_of, seed_period
 from digest_pipeline_tests.cli.conftest import (

@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 import pytest
 from sqlalchemy import update
 
-from digest_pipeline.adapters.sql_schema import dead_letters
+from digest_pipeline.adapters.sql.schema import dead_letters
 from digest_pipeline.cli import context
 from digest_pipeline.domain.model import AuditEntry
 from digest_pipeline.domain.states import DeliveryState

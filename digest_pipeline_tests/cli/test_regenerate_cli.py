@@ -10,9 +10,9 @@ from datetime import timedelta
 
 from sqlalchemy import insert, update
 
-from digest_pipeline.adapters.outbox_mailer import OutboxMailer
-from digest_pipeline.adapters.render import Jinja2Composer
-from digest_pipeline.adapters.sql_schema import products
+from digest_pipeline.adapters.mail.outbox import OutboxMailer
+from digest_pipeline.adapters.mail.render import Jinja2Composer
+from digest_pipeline.adapters.sql.schema import products
 from digest_pipeline.domain import catalogue
 from digest_pipeline.domain.catalogue import Product
 from digest_pipeline.domain.periods import OperationKey

@@ -9,12 +9,12 @@ import json
 import re
 from datetime import datetime, timedelta
 
-from digest_pipeline.adapters.outbox_mailer import OutboxMailer
-from digest_pipeline.adapters.smtp_mailer import SmtpMailer
+from digest_pipeline.adapters.mail.outbox import OutboxMailer
+from digest_pipeline.adapters.mail.smtp import SmtpMailer
 from digest_pipeline.domain.failures import FailureClass, SendOutcome
 from digest_pipeline.domain.policy import DeliveryPolicy
-from digest_pipeline.services.reconcile import reconcile_period
 from digest_pipeline.services.pipeline import sweep
+from digest_pipeline.services.reconcile import reconcile_period
 from digest_pipeline_tests.builders import key_of, make_deliverer, seed_period
 from digest_pipeline_tests.cli.conftest import PERMANENT, TRANSIENT, ScriptedMailer, World
 from digest_pipeline_tests.conftest import W42

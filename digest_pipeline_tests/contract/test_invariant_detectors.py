@@ -8,8 +8,8 @@ from datetime import datetime, timedelta
 
 from sqlalchemy import insert
 
-from digest_pipeline.adapters.sql_ledger import SqlLedger
-from digest_pipeline.adapters.sql_schema import cleanups
+from digest_pipeline.adapters.sql.ledger import SqlLedger
+from digest_pipeline.adapters.sql.schema import cleanups
 from digest_pipeline.domain.failures import SendOutcome
 from digest_pipeline.domain.model import SnapshotEntry, Transition
 from digest_pipeline.domain.periods import OperationKey

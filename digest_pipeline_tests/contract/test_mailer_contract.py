@@ -11,17 +11,17 @@ from pathlib import Path
 
 import pytest
 
-from digest_pipeline.adapters.http_mailer import HttpProviderMailer
-from digest_pipeline.adapters.outbox_mailer import OutboxMailer, file_name
-from digest_pipeline.adapters.smtp_mailer import SmtpMailer
+from digest_pipeline.adapters.mail.http import HttpProviderMailer
+from digest_pipeline.adapters.mail.outbox import OutboxMailer, file_name
+from digest_pipeline.adapters.mail.smtp import SmtpMailer
 from digest_pipeline.domain.failures import FailureClass
 from digest_pipeline.domain.model import LookupStatus, Message, message_id_for
 from digest_pipeline.domain.periods import OperationKey
 from digest_pipeline.ports import Mailer
+from digest_pipeline.rigs.servers.provider_server import ProviderServer
 from digest_pipeline.settings import ProviderSettings, SmtpSettings
 from digest_pipeline_tests.conftest import W42
 from digest_pipeline_tests.fakes import FakeMailer
-from digest_pipeline_tests.provider_server import ProviderServer
 from digest_pipeline_tests.smtp_peer import SmtpPeer
 
 MAILERS = ["fake", "outbox", "http", "smtp"]

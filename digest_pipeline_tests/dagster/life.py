@@ -23,12 +23,12 @@ from typing import Any
 import dagster as dg
 from sqlalchemy import Engine, insert, select, update
 
-from digest_pipeline.adapters.customer_source import SqlCustomerSource
 from digest_pipeline.adapters.demo_data import seed_demo
-from digest_pipeline.adapters.sql_ledger import SqlLedger
-from digest_pipeline.adapters.sql_schema import customers as customers_table
-from digest_pipeline.adapters.sql_schema import orders as orders_table
-from digest_pipeline.adapters.sql_schema import products as products_table
+from digest_pipeline.adapters.sql.customer_source import SqlCustomerSource
+from digest_pipeline.adapters.sql.ledger import SqlLedger
+from digest_pipeline.adapters.sql.schema import customers as customers_table
+from digest_pipeline.adapters.sql.schema import orders as orders_table
+from digest_pipeline.adapters.sql.schema import products as products_table
 from digest_pipeline.defs.io_manager import LedgerIOManager
 from digest_pipeline.defs.resources import DeliveryResource
 from digest_pipeline.defs.sensors import digest_retry_sweeper

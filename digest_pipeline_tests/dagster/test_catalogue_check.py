@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import dagster as dg
 
-from digest_pipeline.adapters.render import Jinja2Composer
+from digest_pipeline.adapters.mail.render import Jinja2Composer
 from digest_pipeline.domain.states import DeliveryState
 from digest_pipeline_tests.builders import make_customer
 from digest_pipeline_tests.conftest import W42

@@ -13,9 +13,9 @@ import dagster as dg
 import pytest
 
 from digest_pipeline.adapters.demo_data import seed_demo
-from digest_pipeline.adapters.sql_engine import create_ledger_engine
-from digest_pipeline.adapters.sql_identity import ledger_id, shown_url
-from digest_pipeline.adapters.sql_ledger import SqlLedger
+from digest_pipeline.adapters.sql.engine import create_ledger_engine
+from digest_pipeline.adapters.sql.identity import ledger_id, shown_url
+from digest_pipeline.adapters.sql.ledger import SqlLedger
 from digest_pipeline.definitions import defs
 from digest_pipeline.defs.partitions import weekly_partitions
 from digest_pipeline.defs.run_ledger import LEDGER_ID_TAG, LEDGER_URL_TAG

@@ -8,8 +8,8 @@ import random
 import pytest
 from sqlalchemy import select
 
-from digest_pipeline.adapters.sql_ledger import SqlLedger
-from digest_pipeline.adapters.sql_schema import metadata
+from digest_pipeline.adapters.sql.ledger import SqlLedger
+from digest_pipeline.adapters.sql.schema import metadata
 from digest_pipeline.domain.errors import (
     DigestError,
     InvalidOperationKey,

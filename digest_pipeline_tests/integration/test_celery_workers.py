@@ -20,12 +20,12 @@ from datetime import UTC, datetime
 import pytest
 from sqlalchemy import Engine, func, select
 
-from digest_pipeline.adapters.sql_engine import create_ledger_engine
-from digest_pipeline.adapters.sql_invariants import evaluate_invariants
-from digest_pipeline.adapters.sql_schema import attempts, eligibility_snapshot, work_items
+from digest_pipeline.adapters.sql.engine import create_ledger_engine
+from digest_pipeline.adapters.sql.invariants import evaluate_invariants
+from digest_pipeline.adapters.sql.schema import attempts, eligibility_snapshot, work_items
 from digest_pipeline.domain.periods import Period
 from digest_pipeline.domain.states import DeliveryState
-from digest_pipeline_tests.celery_rig import (
+from digest_pipeline.rigs.servers.celery_rig import (
     CeleryRig,
     finished,
     fresh_database,
@@ -34,12 +34,12 @@ from digest_pipeline_tests.celery_rig import (
     seeded_ledger,
     step_workers,
 )
+from digest_pipeline.rigs.servers.provider_server import ProviderServer
 from digest_pipeline_tests.conftest import (
     require_postgres_url,
     require_redis_url,
     require_url,
 )
-from digest_pipeline_tests.provider_server import ProviderServer
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(1500)]
 

@@ -14,23 +14,23 @@ from datetime import timedelta
 import pytest
 from sqlalchemy import func, select
 
-from digest_pipeline.adapters.http_mailer import HttpProviderMailer
-from digest_pipeline.adapters.outbox_mailer import OutboxMailer, file_name
-from digest_pipeline.adapters.sql_ledger import SqlLedger
-from digest_pipeline.adapters.sql_schema import cleanups, digest_rows, digest_rows_archive
+from digest_pipeline.adapters.mail.http import HttpProviderMailer
+from digest_pipeline.adapters.mail.outbox import OutboxMailer, file_name
+from digest_pipeline.adapters.sql.ledger import SqlLedger
+from digest_pipeline.adapters.sql.schema import cleanups, digest_rows, digest_rows_archive
 from digest_pipeline.domain.model import CleanupMode
 from digest_pipeline.domain.periods import OperationKey
 from digest_pipeline.domain.policy import DeliveryPolicy
 from digest_pipeline.domain.states import DeliveryState
+from digest_pipeline.rigs.servers.provider_server import ProviderServer
 from digest_pipeline.services.cleanup import clean_period
 from digest_pipeline.services.deliver import Deliverer, deliver_due
+from digest_pipeline.services.pipeline import sweep
 from digest_pipeline.services.resolve import resolve_unknown
-from digest_pipeline.services.sweep import sweep
 from digest_pipeline.settings import ProviderSettings
 from digest_pipeline_tests.builders import make_deliverer, seed_period
 from digest_pipeline_tests.conftest import W42
 from digest_pipeline_tests.fakes import FakeMailer, FaultInjectingMailer, FixedClock, WorkerCrash
-from digest_pipeline_tests.provider_server import ProviderServer
 
 POLICY = DeliveryPolicy()
 N = 6

@@ -20,17 +20,12 @@ import sqlalchemy as sa
 from dagster_postgres import PostgresEventLogStorage, PostgresRunStorage, PostgresScheduleStorage
 
 from digest_pipeline.instance import prepare_home
+from digest_pipeline.rigs.bootstrap import PROJECT_ROOT
+from digest_pipeline.rigs.servers.webserver import ASSETS, JOB, PARTITION, seed_week
 from digest_pipeline.settings import InvalidSetting
 from digest_pipeline_tests.conftest import require_url
 from digest_pipeline_tests.dagster.harness import metadata
-from digest_pipeline_tests.webserver import (
-    ASSETS,
-    JOB,
-    PARTITION,
-    PROJECT_ROOT,
-    materialize_week,
-    seed_week,
-)
+from digest_pipeline_tests.weekly_job import materialize_week
 
 pytestmark = pytest.mark.integration
 

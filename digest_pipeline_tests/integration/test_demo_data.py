@@ -13,11 +13,11 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from sqlalchemy import Engine, select
 
-from digest_pipeline.adapters.customer_source import SqlCustomerSource
 from digest_pipeline.adapters.demo_data import SeedReport, seed_demo
-from digest_pipeline.adapters.render import Jinja2Composer
-from digest_pipeline.adapters.sql_ledger import SqlLedger
-from digest_pipeline.adapters.sql_schema import customers, orders, products
+from digest_pipeline.adapters.mail.render import Jinja2Composer
+from digest_pipeline.adapters.sql.customer_source import SqlCustomerSource
+from digest_pipeline.adapters.sql.ledger import SqlLedger
+from digest_pipeline.adapters.sql.schema import customers, orders, products
 from digest_pipeline.domain.errors import RenderError
 from digest_pipeline.domain.failures import FailureClass
 from digest_pipeline.domain.model import DigestRow, WorkItem

@@ -7,8 +7,8 @@ customer, each carrying its operation key, a stable Message-ID and a one-click u
 import email
 import email.policy
 
-from digest_pipeline.adapters.outbox_mailer import OutboxMailer
-from digest_pipeline.adapters.render import Jinja2Composer
+from digest_pipeline.adapters.mail.outbox import OutboxMailer
+from digest_pipeline.adapters.mail.render import Jinja2Composer
 from digest_pipeline.domain.model import CleanupMode, message_id_for
 from digest_pipeline.domain.states import DeliveryState
 from digest_pipeline.services.cleanup import clean_period

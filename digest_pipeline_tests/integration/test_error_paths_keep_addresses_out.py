@@ -17,7 +17,7 @@ import pytest
 from sqlalchemy import Engine, select, text
 
 from digest_pipeline.adapters.demo_data import seed_demo
-from digest_pipeline.adapters.sql_schema import customers
+from digest_pipeline.adapters.sql.schema import customers
 from digest_pipeline_tests.conftest import require_postgres_url
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]

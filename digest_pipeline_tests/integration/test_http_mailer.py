@@ -14,18 +14,12 @@ from email.utils import format_datetime
 import httpx
 import pytest
 
-from digest_pipeline.adapters.http_mailer import HttpProviderMailer
+from digest_pipeline.adapters.mail.http import HttpProviderMailer
 from digest_pipeline.domain.failures import FailureClass, SendOutcome
 from digest_pipeline.domain.model import Message, message_id_for
 from digest_pipeline.domain.policy import DeliveryPolicy
 from digest_pipeline.domain.states import DeliveryState
-from digest_pipeline.services.deliver import deliver_due
-from digest_pipeline.services.reconcile import reconcile_period
-from digest_pipeline.settings import ProviderSettings
-from digest_pipeline_tests.builders import email_of, key_of, make_deliverer, seed_period, state_of
-from digest_pipeline_tests.conftest import T0, W42
-from digest_pipeline_tests.fakes import FakeLedger, FixedClock
-from digest_pipeline_tests.provider_server import (
+from digest_pipeline.rigs.servers.provider_server import (
     Action,
     ProviderServer,
     conflict_concurrent,
@@ -36,6 +30,12 @@ from digest_pipeline_tests.provider_server import (
     store_then_drop,
     store_then_hang,
 )
+from digest_pipeline.services.deliver import deliver_due
+from digest_pipeline.services.reconcile import reconcile_period
+from digest_pipeline.settings import ProviderSettings
+from digest_pipeline_tests.builders import email_of, key_of, make_deliverer, seed_period, state_of
+from digest_pipeline_tests.conftest import T0, W42
+from digest_pipeline_tests.fakes import FakeLedger, FixedClock
 
 #: the client's timeouts: long enough for loopback, short enough that a hang costs little
 TIMEOUT = 0.4

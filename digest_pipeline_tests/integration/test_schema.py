@@ -1,7 +1,7 @@
 """The migrations build exactly the schema the code declares, on SQLite and PostgreSQL.
 
 Alembic's autogenerate comparison must find nothing to change: a table or column edited in
-`sql_schema.py` without a migration fails here, before it can lose data in production. A ledger
+`adapters/sql/schema.py` without a migration fails here, before it can lose data in production. A ledger
 left in a broken state by an older schema must upgrade with all of its data.
 """
 
@@ -16,14 +16,14 @@ from alembic.runtime.migration import MigrationContext
 from sqlalchemy import Engine, inspect, select, text
 from sqlalchemy.exc import IntegrityError
 
-from digest_pipeline.adapters.sql_engine import (
+from digest_pipeline.adapters.sql.engine import (
     create_ledger_engine,
     head_revision,
     migrate,
     schema_revision,
 )
-from digest_pipeline.adapters.sql_ledger import SqlLedger
-from digest_pipeline.adapters.sql_schema import digest_rows, digest_rows_archive, metadata
+from digest_pipeline.adapters.sql.ledger import SqlLedger
+from digest_pipeline.adapters.sql.schema import digest_rows, digest_rows_archive, metadata
 from digest_pipeline.domain.model import CleanupMode
 from digest_pipeline.domain.periods import Period
 from digest_pipeline.domain.states import DeliveryState

@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from digest_pipeline.adapters.smtp_mailer import SmtpMailer
+from digest_pipeline.adapters.mail.smtp import SmtpMailer
 from digest_pipeline.domain.failures import FailureClass
 from digest_pipeline.domain.model import LookupStatus, Message, message_id_for
 from digest_pipeline.domain.periods import OperationKey

@@ -12,8 +12,8 @@ from collections.abc import Callable
 import pytest
 from sqlalchemy import func, select
 
-from digest_pipeline.adapters.sql_ledger import SqlLedger
-from digest_pipeline.adapters.sql_schema import cleanups, digest_rows_archive
+from digest_pipeline.adapters.sql.ledger import SqlLedger
+from digest_pipeline.adapters.sql.schema import cleanups, digest_rows_archive
 from digest_pipeline.domain.model import CleanupMode
 from digest_pipeline.domain.policy import DeliveryPolicy
 from digest_pipeline.domain.states import DeliveryState

@@ -19,17 +19,16 @@ import dagster as dg
 import pytest
 from sqlalchemy import func, select
 
-from digest_pipeline.adapters.sql_engine import create_ledger_engine
-from digest_pipeline.adapters.sql_schema import attempts
+from digest_pipeline.adapters.sql.engine import create_ledger_engine
+from digest_pipeline.adapters.sql.schema import attempts
 from digest_pipeline.definitions import defs
 from digest_pipeline.defs.execution import digest_executor
 from digest_pipeline.instance import prepare_home
-from digest_pipeline_tests.conftest import W42
-from digest_pipeline_tests.webserver import (
+from digest_pipeline.rigs.bootstrap import PROJECT_ROOT
+from digest_pipeline.rigs.servers.webserver import (
     JOB,
     LOCATION,
     PARTITION,
-    PROJECT_ROOT,
     REPOSITORY,
     Webserver,
     digest_run,
@@ -41,6 +40,7 @@ from digest_pipeline_tests.webserver import (
     seed_week,
     wait_for_run,
 )
+from digest_pipeline_tests.conftest import W42
 
 # digest run (~10 s) and `dagster dev` start-up (~15 s) are set up once for the module
 pytestmark = pytest.mark.timeout(600)

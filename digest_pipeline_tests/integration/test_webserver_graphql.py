@@ -16,16 +16,16 @@ import dagster as dg
 import pytest
 
 from digest_pipeline.instance import prepare_home
-from digest_pipeline_tests.dagster.harness import metadata
-from digest_pipeline_tests.webserver import (
+from digest_pipeline.rigs.bootstrap import PROJECT_ROOT
+from digest_pipeline.rigs.servers.webserver import (
     ASSETS,
     PARTITION,
-    PROJECT_ROOT,
     Webserver,
-    materialize_week,
     running_webserver,
     seed_week,
 )
+from digest_pipeline_tests.dagster.harness import metadata
+from digest_pipeline_tests.weekly_job import materialize_week
 
 DELIVERIES = {"path": ["digest_deliveries"]}
 

@@ -13,8 +13,8 @@ from datetime import timedelta
 import pytest
 from sqlalchemy import Engine, Table, select
 
-from digest_pipeline.adapters.sql_ledger import SqlLedger
-from digest_pipeline.adapters.sql_schema import cleanups, digest_rows, digest_rows_archive
+from digest_pipeline.adapters.sql.ledger import SqlLedger
+from digest_pipeline.adapters.sql.schema import cleanups, digest_rows, digest_rows_archive
 from digest_pipeline.domain.catalogue import Order, Product
 from digest_pipeline.domain.failures import FailureClass, SendOutcome
 from digest_pipeline.domain.model import CleanupMode

@@ -9,7 +9,7 @@ from datetime import timedelta
 
 import pytest
 
-from digest_pipeline.adapters.render import Jinja2Composer
+from digest_pipeline.adapters.mail.render import Jinja2Composer
 from digest_pipeline.domain import catalogue
 from digest_pipeline.domain.catalogue import Product, ProductProblem
 from digest_pipeline.domain.errors import RenderError

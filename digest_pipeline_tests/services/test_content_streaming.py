@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine, insert
 
-from digest_pipeline.adapters import customer_source
-from digest_pipeline.adapters.customer_source import SqlCustomerSource
-from digest_pipeline.adapters.sql_ledger import SqlLedger
-from digest_pipeline.adapters.sql_schema import customers, orders, products
+from digest_pipeline.adapters.sql import customer_source
+from digest_pipeline.adapters.sql.customer_source import SqlCustomerSource
+from digest_pipeline.adapters.sql.ledger import SqlLedger
+from digest_pipeline.adapters.sql.schema import customers, orders, products
 from digest_pipeline.domain.catalogue import Order, PickPlan, Product, digest_rows_for
 from digest_pipeline.domain.model import DigestRow
 from digest_pipeline.domain.periods import OperationKey, Period

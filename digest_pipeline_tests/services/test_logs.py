@@ -13,11 +13,11 @@ from digest_pipeline.services.cleanup import clean_period
 from digest_pipeline.services.deliver import deliver_due
 from digest_pipeline.services.enqueue import enqueue_period
 from digest_pipeline.services.metrics import period_metrics
+from digest_pipeline.services.pipeline import sweep
 from digest_pipeline.services.reconcile import reconcile_period
 from digest_pipeline.services.replay import replay_keys
 from digest_pipeline.services.resolve import resolve_unknown
 from digest_pipeline.services.snapshot import take_snapshot
-from digest_pipeline.services.pipeline import sweep
 from digest_pipeline_tests.builders import (
     customer_id,
     digest_rows_for,

@@ -5,9 +5,9 @@ from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
-from digest_pipeline.sim.config import Cell, FaultMix, SimConfig
-from digest_pipeline.sim.engine import run_cell
-from digest_pipeline.sim.measure import CellResult
+from digest_pipeline.rigs.sim.config import Cell, FaultMix, SimConfig
+from digest_pipeline.rigs.sim.engine import run_cell
+from digest_pipeline.rigs.sim.measure import CellResult
 
 N = 200
 #: no failures, no outage, no crashes: the baseline every test adds one fault to

@@ -4,12 +4,12 @@ prevents. The reported numbers are checked against the provider's own store and 
 from datetime import timedelta
 from typing import Any
 
-from digest_pipeline.adapters.sql_ledger import SqlLedger
+from digest_pipeline.adapters.sql.ledger import SqlLedger
 from digest_pipeline.domain.states import DeliveryState
-from digest_pipeline.sim.config import PERIOD
-from digest_pipeline.sim.database import scratch_engine
-from digest_pipeline.sim.engine import Simulation
-from digest_pipeline.sim.measure import measure
+from digest_pipeline.rigs.sim.config import PERIOD
+from digest_pipeline.rigs.sim.database import scratch_engine
+from digest_pipeline.rigs.sim.engine import Simulation
+from digest_pipeline.rigs.sim.measure import measure
 from digest_pipeline_tests.sim.conftest import cell, config, row_of
 
 

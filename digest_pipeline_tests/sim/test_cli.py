@@ -11,7 +11,7 @@ import pytest
 
 from digest_pipeline.cli import main
 from digest_pipeline.domain.model import INVARIANTS
-from digest_pipeline.sim.measure import COLUMNS
+from digest_pipeline.rigs.sim.measure import COLUMNS
 
 PROJECT = Path(__file__).resolve().parents[2]
 SMALL = ["simulate", "--customers", "40", "--workers", "1,2", "--lease-seconds", "5", "--jobs", "1"]

@@ -3,10 +3,10 @@ of processes ran the cells; another seed gives other numbers."""
 
 from pandas.testing import assert_frame_equal
 
-from digest_pipeline.sim.config import SimConfig
-from digest_pipeline.sim.grid import run_grid
-from digest_pipeline.sim.measure import COLUMNS
-from digest_pipeline.sim.report import render_table
+from digest_pipeline.rigs.sim.config import SimConfig
+from digest_pipeline.rigs.sim.grid import run_grid
+from digest_pipeline.rigs.sim.measure import COLUMNS
+from digest_pipeline.rigs.sim.report import render_table
 
 #: the default failure mix (every fault on) over a small grid
 GRID = SimConfig(customers=150, workers=(1, 4), lease_seconds=(5, 60))

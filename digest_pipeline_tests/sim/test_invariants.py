@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 from sqlalchemy import delete, insert, update
 
-from digest_pipeline.adapters.sql_ledger import SqlLedger
-from digest_pipeline.adapters.sql_schema import cleanups, digest_rows, work_items
+from digest_pipeline.adapters.sql.ledger import SqlLedger
+from digest_pipeline.adapters.sql.schema import cleanups, digest_rows, work_items
 from digest_pipeline.domain.gate import GateDecision
 from digest_pipeline.domain.model import (
     INVARIANTS,
@@ -20,8 +20,8 @@ from digest_pipeline.domain.model import (
 from digest_pipeline.domain.periods import OperationKey, Period
 from digest_pipeline.domain.states import DeliveryState
 from digest_pipeline.ports import Ledger
+from digest_pipeline.rigs.sim.grid import run_grid
 from digest_pipeline.services import cleanup
-from digest_pipeline.sim.grid import run_grid
 from digest_pipeline_tests.sim.conftest import N, config, row_of, simulate
 
 

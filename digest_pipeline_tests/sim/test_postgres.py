@@ -5,9 +5,9 @@ import pytest
 from pandas.testing import assert_frame_equal
 from sqlalchemy import Engine, func, insert, select
 
-from digest_pipeline.adapters.sql_schema import customers, work_items
-from digest_pipeline.sim.config import START, InvalidSimulation, SimConfig
-from digest_pipeline.sim.grid import run_grid
+from digest_pipeline.adapters.sql.schema import customers, work_items
+from digest_pipeline.rigs.sim.config import START, InvalidSimulation, SimConfig
+from digest_pipeline.rigs.sim.grid import run_grid
 from digest_pipeline_tests.conftest import truncate_pg
 
 pytestmark = pytest.mark.integration

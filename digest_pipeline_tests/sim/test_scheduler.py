@@ -4,8 +4,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from digest_pipeline.sim.clock import VirtualClock
-from digest_pipeline.sim.scheduler import Actor, ActorClock, Scheduler, SimStopped
+from digest_pipeline.rigs.sim.clock import VirtualClock
+from digest_pipeline.rigs.sim.scheduler import Actor, ActorClock, Scheduler, SimStopped
 
 T = datetime(2026, 10, 19, 6, 0, tzinfo=UTC)
 SECOND = timedelta(seconds=1)

@@ -2,10 +2,10 @@ from pathlib import Path
 
 import pytest
 
-from digest_pipeline.adapters.http_mailer import HttpProviderMailer
-from digest_pipeline.adapters.outbox_mailer import OutboxMailer
-from digest_pipeline.adapters.render import Jinja2Composer
-from digest_pipeline.adapters.smtp_mailer import SmtpMailer
+from digest_pipeline.adapters.mail.http import HttpProviderMailer
+from digest_pipeline.adapters.mail.outbox import OutboxMailer
+from digest_pipeline.adapters.mail.render import Jinja2Composer
+from digest_pipeline.adapters.mail.smtp import SmtpMailer
 from digest_pipeline.domain.model import WorkItem
 from digest_pipeline.domain.states import DeliveryState
 from digest_pipeline.settings import load_settings

@@ -1,0 +1,1 @@
+"""Mail out: the mailers (outbox, SMTP, HTTP provider), MIME serialisation and the Jinja2 composer."""

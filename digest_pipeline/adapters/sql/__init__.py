@@ -1,0 +1,1 @@
+"""The SQL ledger over SQLite and PostgreSQL: engine, schema, migrations, rows, invariants."""

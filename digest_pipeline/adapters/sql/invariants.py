@@ -1,0 +1,220 @@
+"""Design §4's invariants as SQL over one period, for the asset checks, the CLI and the harness.
+
+The unique keys and compare-and-set updates are the guards; these queries are the detectors
+that prove the guards held. Each returns the offending operation keys.
+"""
+
+from collections.abc import Callable, Collection
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Connection, Select, and_, case, exists, func, not_, or_, select
+
+from digest_pipeline.adapters.sql.schema import (
+    attempts,
+    audit_log,
+    cleanups,
+    eligibility_snapshot,
+    period_runs,
+    work_items,
+)
+from digest_pipeline.domain.model import (
+    INVARIANTS,
+    InvariantResult,
+    fingerprint_entry,
+    format_fingerprint,
+)
+from digest_pipeline.domain.model import SnapshotEntry as Entry
+from digest_pipeline.domain.periods import Period
+from digest_pipeline.domain.possible_sends import (
+    NOT_DELIVERED_REASONS,
+    REPLAY_ACTIONS,
+    REPLAY_NOT_FOUND_SUFFIX,
+)
+from digest_pipeline.domain.states import DeliveryState
+
+wi, a = work_items, attempts
+SAMPLE = 10
+#: audit actions that count as evidence an `unknown` outcome was looked at
+RECONCILING_ACTIONS = ("reconcile", "resolve")
+
+
+def _result(conn: Connection, name: str, keys: Select[Any]) -> InvariantResult:
+    found: list[str] = sorted(set(conn.execute(keys).scalars()))
+    return InvariantResult(name, not found, len(found), tuple(found[:SAMPLE]))
+
+
+def _one_cleanup_per_sent_item(p: str) -> Select[Any]:
+    c = cleanups
+    twice = (
+        select(c.c.operation_key)
+        .where(c.c.period == p)
+        .group_by(c.c.operation_key)
+        .having(func.count() > 1)
+    )
+    # A cleanup is early when the item was never sent, was marked sent only after it, or had
+    # an attempt (a send) start after it.
+    sent_after = exists().where(
+        a.c.operation_key == c.c.operation_key, a.c.started_at > c.c.claimed_at
+    )
+    early = (
+        select(c.c.operation_key)
+        .join(wi, wi.c.operation_key == c.c.operation_key)
+        .where(
+            c.c.period == p,
+            or_(wi.c.sent_at.is_(None), wi.c.sent_at > c.c.claimed_at, sent_after),
+        )
+    )
+    return select(twice.union(early).subquery().c[0])
+
+
+def _no_silent_timeout(p: str) -> Select[Any]:
+    still_open_elsewhere = and_(
+        a.c.finished_at.is_(None),
+        not_(and_(wi.c.state == DeliveryState.CLAIMED.value, wi.c.lease_token == a.c.lease_token)),
+    )
+    looked_at = exists().where(
+        audit_log.c.operation_key == a.c.operation_key,
+        audit_log.c.action.in_(RECONCILING_ACTIONS),
+        audit_log.c.at >= a.c.started_at,
+    )
+    return (
+        select(a.c.operation_key)
+        .join(wi, wi.c.operation_key == a.c.operation_key)
+        .where(
+            wi.c.period == p,
+            or_(a.c.outcome == "unknown", still_open_elsewhere),
+            wi.c.state != DeliveryState.UNKNOWN.value,
+            not_(looked_at),
+        )
+    )
+
+
+def _every_item_visible(p: str, now: datetime, enqueued: bool) -> Select[Any]:
+    stuck = select(wi.c.operation_key).where(
+        wi.c.period == p,
+        or_(
+            and_(wi.c.state == DeliveryState.CLAIMED.value, wi.c.lease_expires_at <= now),
+            and_(wi.c.state == DeliveryState.RETRY_SCHEDULED.value, wi.c.next_attempt_at.is_(None)),
+        ),
+    )
+    if not enqueued:
+        return stuck
+    es = eligibility_snapshot
+    missing = (
+        select(("digest:" + es.c.period + ":" + es.c.customer_id).label("operation_key"))
+        .outerjoin(wi, and_(wi.c.period == es.c.period, wi.c.customer_id == es.c.customer_id))
+        .where(es.c.period == p, wi.c.operation_key.is_(None))
+    )
+    return select(stuck.union(missing).subquery().c[0])
+
+
+def _at_most_one_send_per_key(p: str) -> Select[Any]:
+    """Keys whose history may hold more than one delivery (`domain.possible_sends`'s rule)."""
+    au = audit_log
+    delivered = and_(a.c.outcome == "sent", a.c.duplicate.is_(False))
+    in_flight = and_(wi.c.state == DeliveryState.CLAIMED.value, wi.c.lease_token == a.c.lease_token)
+    open_elsewhere = and_(a.c.outcome.is_(None), a.c.finished_at.is_(None), not_(in_flight))
+    # later evidence that nothing had been delivered: a lookup that found nothing (at a
+    # reconciliation or a replay), or an operator's "not sent"
+    cleared = exists().where(
+        au.c.operation_key == a.c.operation_key,
+        au.c.at >= a.c.started_at,
+        or_(
+            and_(au.c.action == "reconcile", au.c.reason.in_(NOT_DELIVERED_REASONS)),
+            and_(
+                au.c.action == "resolve",
+                func.coalesce(au.c.to_state, "") != DeliveryState.SENT.value,
+            ),
+            and_(
+                au.c.action == "replay",
+                au.c.reason.endswith(REPLAY_NOT_FOUND_SUFFIX, autoescape=True),
+            ),
+        ),
+    )
+    uncertain = and_(or_(a.c.outcome == "unknown", open_elsewhere), not_(cleared))
+    # the attempt's span: how many replays reopened the key before it started
+    span = (
+        select(func.count())
+        .where(
+            au.c.operation_key == a.c.operation_key,
+            au.c.action.in_(REPLAY_ACTIONS),
+            au.c.at <= a.c.started_at,
+        )
+        .scalar_subquery()
+    )
+    # only keys with two attempts or more that may have delivered can hold two deliveries
+    candidates = (
+        select(a.c.operation_key)
+        .join(wi, wi.c.operation_key == a.c.operation_key)
+        .where(wi.c.period == p, or_(a.c.outcome.in_(["sent", "unknown"]), a.c.outcome.is_(None)))
+        .group_by(a.c.operation_key)
+        .having(func.count() > 1)
+    )
+    tries = (
+        select(
+            a.c.operation_key.label("key"),
+            span.label("span"),
+            case((delivered, 1), else_=0).label("delivered"),
+            case((uncertain, 1), else_=0).label("uncertain"),
+        )
+        .join(wi, wi.c.operation_key == a.c.operation_key)
+        .where(a.c.operation_key.in_(candidates))
+        .subquery()
+    )
+    spans = (
+        select(
+            tries.c.key,
+            func.sum(tries.c.delivered).label("delivered"),
+            func.max(tries.c.uncertain).label("uncertain"),
+        )
+        .group_by(tries.c.key, tries.c.span)
+        .subquery()
+    )
+    # per span: its confirmed sends, or one when it holds only unsettled uncertain attempts
+    sends = case((spans.c.delivered > 0, spans.c.delivered), else_=spans.c.uncertain)
+    return select(spans.c.key).group_by(spans.c.key).having(func.sum(sends) > 1)
+
+
+def _snapshot_unchanged(conn: Connection, period: Period) -> InvariantResult:
+    p = str(period)
+    header = conn.execute(select(period_runs).where(period_runs.c.period == p)).mappings().first()
+    if header is None:
+        return InvariantResult("snapshot_unchanged", True, 0)
+    es = eligibility_snapshot
+    total, count = 0, 0
+    rows = conn.execution_options(yield_per=10_000).execute(
+        select(es.c.customer_id, es.c.recipient).where(es.c.period == p)
+    )
+    for r in rows:
+        total += fingerprint_entry(Entry(r.customer_id, r.recipient))
+        count += 1
+    same = format_fingerprint(total) == header["fingerprint"] and count == header["eligible_count"]
+    return InvariantResult("snapshot_unchanged", same, 0 if same else 1, () if same else (p,))
+
+
+def evaluate_invariants(
+    conn: Connection, period: Period, now: datetime, names: Collection[str] | None = None
+) -> list[InvariantResult]:
+    """Design §4's invariants, in `INVARIANTS` order, for one period (or only `names`)."""
+    p = str(period)
+    wanted = INVARIANTS if names is None else [n for n in INVARIANTS if n in names]
+
+    def enqueued() -> bool:
+        q = select(period_runs.c.enqueued_at).where(period_runs.c.period == p)
+        return conn.execute(q).scalar_one_or_none() is not None
+
+    checks: dict[str, Callable[[], InvariantResult]] = {
+        "one_cleanup_per_sent_item": lambda: _result(
+            conn, "one_cleanup_per_sent_item", _one_cleanup_per_sent_item(p)
+        ),
+        "no_silent_timeout": lambda: _result(conn, "no_silent_timeout", _no_silent_timeout(p)),
+        "every_item_visible": lambda: _result(
+            conn, "every_item_visible", _every_item_visible(p, now, enqueued())
+        ),
+        "at_most_one_send_per_key": lambda: _result(
+            conn, "at_most_one_send_per_key", _at_most_one_send_per_key(p)
+        ),
+        "snapshot_unchanged": lambda: _snapshot_unchanged(conn, period),
+    }
+    return [checks[name]() for name in wanted]
