@@ -1,0 +1,118 @@
+"""What every role of the SQL ledger shares: the engine, the dialect and the insert it needs."""
+
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import (
+    ColumnElement,
+    Connection,
+    Engine,
+    Select,
+    and_,
+    insert,
+    select,
+    text,
+)
+from sqlalchemy.dialects import postgresql, sqlite
+
+from digest_pipeline.adapters.sql.schema import (
+    CLAIMABLE_SQL,
+    audit_log,
+    period_runs,
+    work_items,
+)
+from digest_pipeline.domain.chunks import chunked
+from digest_pipeline.domain.errors import DigestError, LostRace, UnknownWorkItem
+from digest_pipeline.domain.model import (
+    AuditEntry,
+    SnapshotInfo,
+)
+from digest_pipeline.domain.periods import OperationKey, Period
+from digest_pipeline.domain.states import DeliveryState
+
+CHUNK = 5_000
+#: an enqueue that creates this many items refreshes the table's planner statistics
+ANALYZE_AFTER = 1_000
+#: keys per `IN (…)` list: far below every driver's bound-parameter limit
+KEYS = 500
+wi = work_items
+
+
+def due_clause(now: datetime, period: Period | None) -> ColumnElement[bool]:
+    """Items `claim_due` may hand out now (in one period, or any)."""
+    due = and_(text(f"work_items.{CLAIMABLE_SQL}"), wi.c.next_attempt_at <= now)
+    return due if period is None else and_(due, wi.c.period == str(period))
+
+
+def period_items(period: Period, states: Iterable[DeliveryState] | None) -> Select[Any]:
+    """A period's work items, optionally only in some states."""
+    q = select(wi).where(wi.c.period == str(period))
+    return q if states is None else q.where(wi.c.state.in_([s.value for s in states]))
+
+
+def audit_row(e: AuditEntry) -> dict[str, Any]:
+    """An audit entry as an `audit_log` row."""
+    period = e.period or (e.key.period if e.key else None)
+    return {
+        "at": e.at,
+        "actor": e.actor,
+        "action": e.action,
+        "period": str(period) if period else None,
+        "operation_key": str(e.key) if e.key else None,
+        "from_state": e.from_state.value if e.from_state else None,
+        "to_state": e.to_state.value if e.to_state else None,
+        "reason": e.reason,
+    }
+
+
+class SqlBase:
+    """The engine and dialect every role of the SQL ledger works on."""
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+        self._pg = engine.dialect.name == "postgresql"
+
+    @property
+    def engine(self) -> Engine:
+        return self._engine
+
+    def _insert(self, table: Any) -> postgresql.Insert | sqlite.Insert:
+        return postgresql.insert(table) if self._pg else sqlite.insert(table)
+
+    def _snapshot_info(self, conn: Connection, period: Period) -> SnapshotInfo | None:
+        r = (
+            conn.execute(select(period_runs).where(period_runs.c.period == str(period)))
+            .mappings()
+            .first()
+        )
+        if r is None:
+            return None
+        return SnapshotInfo(
+            period=period,
+            selection_run_id=r["selection_run_id"],
+            selected_at=r["selected_at"],
+            eligible_count=r["eligible_count"],
+            fingerprint=r["fingerprint"],
+            enqueued_at=r["enqueued_at"],
+        )
+
+    def _insert_audit(self, conn: Connection, e: AuditEntry) -> None:
+        conn.execute(insert(audit_log).values(audit_row(e)))
+
+    def _missing_or_lost(
+        self, conn: Connection, keys: Sequence[OperationKey], why: str
+    ) -> dict[str, DigestError]:
+        """The error for each key that matched no guarded row: unknown key, or a lost race."""
+        states: dict[str, str] = {}
+        for chunk in chunked([str(k) for k in keys], KEYS):
+            q = select(wi.c.operation_key, wi.c.state).where(wi.c.operation_key.in_(chunk))
+            states.update((k, state) for k, state in conn.execute(q))
+        return {
+            str(k): (
+                LostRace(f"{k}: {why}; it is {states[str(k)]}")
+                if str(k) in states
+                else UnknownWorkItem(f"no work item for {k}")
+            )
+            for k in keys
+        }

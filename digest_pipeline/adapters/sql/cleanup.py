@@ -1,0 +1,142 @@
+"""Cleanup: the unique cleanup row, the rows archived or deleted and `sent → cleaned`, atomically."""
+
+from collections.abc import Sequence
+from datetime import datetime
+
+from sqlalchemy import (
+    Connection,
+    func,
+    insert,
+    literal,
+    select,
+    update,
+)
+
+from digest_pipeline.adapters.sql.base import KEYS, SqlBase, wi
+from digest_pipeline.adapters.sql.schema import (
+    cleanups,
+    digest_rows,
+    digest_rows_archive,
+)
+from digest_pipeline.domain.chunks import chunked
+from digest_pipeline.domain.errors import DigestError, LostRace, UnknownWorkItem
+from digest_pipeline.domain.model import (
+    CleanupMode,
+    CleanupReceipt,
+)
+from digest_pipeline.domain.periods import OperationKey
+from digest_pipeline.domain.states import DeliveryState
+from digest_pipeline.ports import Cleaner
+
+
+class SqlCleaner(SqlBase, Cleaner):
+    """The `Cleaner` role of `SqlLedger`."""
+
+    def clean(
+        self, key: OperationKey, token: int, mode: CleanupMode, now: datetime
+    ) -> CleanupReceipt:
+        [receipt] = self.clean_many([(key, token)], mode, now)
+        if isinstance(receipt, DigestError):
+            raise receipt
+        return receipt
+
+    def clean_many(
+        self, items: Sequence[tuple[OperationKey, int]], mode: CleanupMode, now: datetime
+    ) -> list[CleanupReceipt | DigestError]:
+        if not items:
+            return []
+        out: list[CleanupReceipt | DigestError] = []
+        for chunk in chunked(items, KEYS):
+            with self._engine.begin() as conn:
+                out.extend(self._clean_chunk(conn, chunk, mode, now))
+        return out
+
+    def _clean_chunk(
+        self,
+        conn: Connection,
+        items: Sequence[tuple[OperationKey, int]],
+        mode: CleanupMode,
+        now: datetime,
+    ) -> list[CleanupReceipt | DigestError]:
+        """One transaction: the unique cleanup rows, the rows removed and `sent → cleaned`.
+
+        The items are read and locked first, so only those that are `sent` under the caller's
+        token get a cleanup row; a key already cleaned keeps its first row and is reported.
+        """
+        keys = [str(k) for k, _ in items]
+        locked = select(wi.c.operation_key, wi.c.state, wi.c.lease_token).where(
+            wi.c.operation_key.in_(keys)
+        )
+        current = {k: (state, token) for k, state, token in conn.execute(locked.with_for_update())}
+        cleaned = set(
+            conn.execute(
+                select(cleanups.c.operation_key).where(cleanups.c.operation_key.in_(keys))
+            ).scalars()
+        )
+        movable = [
+            k
+            for k, token in ((str(k), t) for k, t in items)
+            if k not in cleaned and current.get(k) == (DeliveryState.SENT.value, token)
+        ]
+        rows: dict[str, int] = {}
+        if movable:
+            dr = digest_rows
+            rows = dict(
+                conn.execute(
+                    select(dr.c.operation_key, func.count())
+                    .where(dr.c.operation_key.in_(movable))
+                    .group_by(dr.c.operation_key)
+                ).all()
+            )
+            conn.execute(
+                insert(cleanups),
+                [
+                    {
+                        "operation_key": k,
+                        "period": str(OperationKey.parse(k).period),
+                        "mode": mode.value,
+                        "rows": rows.get(k, 0),
+                        "claimed_at": now,
+                        "completed_at": now,
+                    }
+                    for k in movable
+                ],
+            )
+            conn.execute(
+                update(wi)
+                .where(wi.c.operation_key.in_(movable), wi.c.state == DeliveryState.SENT.value)
+                .values(state=DeliveryState.CLEANED.value, cleaned_at=now, updated_at=now)
+            )
+            self._remove_rows(conn, movable, mode, now)
+        receipts: list[CleanupReceipt | DigestError] = []
+        for key, token in items:
+            k = str(key)
+            if k in cleaned:
+                receipts.append(CleanupReceipt(key, "already_cleaned", 0))
+            elif k in current and current[k] == (DeliveryState.SENT.value, token):
+                receipts.append(CleanupReceipt(key, "cleaned", rows.get(k, 0)))
+            elif k in current:
+                state, held = current[k]
+                receipts.append(
+                    LostRace(
+                        f"{key}: cleanup needs a sent item with token {token}; it is "
+                        f"{state} with token {held}"
+                    )
+                )
+            else:
+                receipts.append(UnknownWorkItem(f"no work item for {key}"))
+        return receipts
+
+    def _remove_rows(
+        self, conn: Connection, keys: Sequence[str], mode: CleanupMode, now: datetime
+    ) -> None:
+        dr = digest_rows
+        if mode is CleanupMode.ARCHIVE:
+            names = ["row_id", "operation_key", "period", "customer_id", "position", "payload"]
+            # bind `now` through the archive column's own type so it is stored as UTC
+            source = select(
+                *[dr.c[n] for n in names],
+                literal(now, digest_rows_archive.c.archived_at.type),
+            ).where(dr.c.operation_key.in_(keys))
+            conn.execute(insert(digest_rows_archive).from_select([*names, "archived_at"], source))
+        conn.execute(dr.delete().where(dr.c.operation_key.in_(keys)))

@@ -1,0 +1,132 @@
+"""The generated digest rows: written in bulk, read per wave, replaced only for never-sent keys."""
+
+from collections.abc import Iterable, Sequence
+
+from sqlalchemy import (
+    exists,
+    insert,
+    select,
+)
+
+from digest_pipeline.adapters.sql.base import CHUNK, KEYS, SqlBase, wi
+from digest_pipeline.adapters.sql.schema import (
+    digest_rows,
+)
+from digest_pipeline.domain.chunks import chunked
+from digest_pipeline.domain.model import (
+    DigestRow,
+)
+from digest_pipeline.domain.periods import OperationKey, Period
+from digest_pipeline.domain.regeneration import REGENERABLE, RowReplacement
+from digest_pipeline.domain.states import DeliveryState
+from digest_pipeline.ports import ContentStore
+
+
+class SqlContent(SqlBase, ContentStore):
+    """The `ContentStore` role of `SqlLedger`."""
+
+    def add_digest_rows(self, rows: Iterable[DigestRow]) -> int:
+        written = 0
+        values = (
+            {
+                "operation_key": str(r.key),
+                "period": str(r.key.period),
+                "customer_id": r.key.customer_id,
+                "position": r.position,
+                "payload": r.payload,
+            }
+            for r in rows
+        )
+        with self._engine.begin() as conn:
+            for chunk in chunked(values, CHUNK):
+                conn.execute(insert(digest_rows), chunk)
+                written += len(chunk)
+        return written
+
+    def digest_rows(self, key: OperationKey) -> list[DigestRow]:
+        return self.digest_rows_of([key])[key]
+
+    def digest_rows_of(self, keys: Sequence[OperationKey]) -> dict[OperationKey, list[DigestRow]]:
+        found: dict[OperationKey, list[DigestRow]] = {k: [] for k in keys}
+        by_name = {str(k): k for k in keys}
+        dr = digest_rows
+        with self._engine.connect() as conn:
+            for chunk in chunked(by_name, KEYS):
+                q = (
+                    select(dr.c.operation_key, dr.c.position, dr.c.payload)
+                    .where(dr.c.operation_key.in_(chunk))
+                    .order_by(dr.c.operation_key, dr.c.position, dr.c.row_id)
+                )
+                for name, position, payload in conn.execute(q):
+                    key = by_name[name]
+                    found[key].append(DigestRow(key, position, payload))
+        return found
+
+    def keys_with_rows_of(self, keys: Sequence[OperationKey]) -> set[OperationKey]:
+        by_name = {str(k): k for k in keys}
+        found: set[OperationKey] = set()
+        dr = digest_rows
+        with self._engine.connect() as conn:
+            for chunk in chunked(by_name, KEYS):
+                q = select(dr.c.operation_key).where(dr.c.operation_key.in_(chunk)).distinct()
+                found.update(by_name[name] for name in conn.execute(q).scalars())
+        return found
+
+    def keys_with_rows(self, period: Period) -> set[OperationKey]:
+        q = (
+            select(digest_rows.c.operation_key)
+            .where(digest_rows.c.period == str(period))
+            .distinct()
+        )
+        with self._engine.connect() as conn:
+            return {OperationKey.parse(k) for k in conn.execute(q).scalars()}
+
+    def replace_digest_rows(
+        self, keys: Sequence[OperationKey], rows: Iterable[DigestRow]
+    ) -> RowReplacement:
+        wanted = {str(k): k for k in keys}
+        new = list(rows)
+        strays = sorted({str(r.key) for r in new} - wanted.keys())
+        if strays:
+            raise ValueError(f"rows of keys not being replaced: {', '.join(strays[:3])}")
+        never_sent = [s.value for s in REGENERABLE]
+        dr = digest_rows
+        replaced: set[str] = set()
+        refused: dict[OperationKey, DeliveryState | None] = {}
+        removed = written = 0
+        with self._engine.begin() as conn:
+            for chunk in chunked(wanted, KEYS):
+                # Locked until commit (PostgreSQL; SQLite's BEGIN IMMEDIATE serialises writers),
+                # so no worker claims an item between this read and the rows' replacement.
+                q = select(wi.c.operation_key, wi.c.state).where(wi.c.operation_key.in_(chunk))
+                states: dict[str, str] = {k: s for k, s in conn.execute(q.with_for_update())}
+                movable = [k for k in chunk if states.get(k) in never_sent]
+                refused.update(
+                    (wanted[k], DeliveryState(states[k]) if k in states else None)
+                    for k in chunk
+                    if states.get(k) not in never_sent
+                )
+                if not movable:
+                    continue
+                # the state guard again in the statement itself: the compare-and-set on state
+                guard = exists().where(
+                    wi.c.operation_key == dr.c.operation_key, wi.c.state.in_(never_sent)
+                )
+                deleted = conn.execute(dr.delete().where(dr.c.operation_key.in_(movable), guard))
+                removed += deleted.rowcount
+                replaced.update(movable)
+            values = [
+                {
+                    "operation_key": str(r.key),
+                    "period": str(r.key.period),
+                    "customer_id": r.key.customer_id,
+                    "position": r.position,
+                    "payload": r.payload,
+                }
+                for r in new
+                if str(r.key) in replaced
+            ]
+            for part in chunked(values, CHUNK):
+                conn.execute(insert(dr), part)
+                written += len(part)
+        return RowReplacement(frozenset(wanted[k] for k in replaced), refused, removed, written)

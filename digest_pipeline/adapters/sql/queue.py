@@ -1,0 +1,460 @@
+"""The work queue: enqueue, claim with fencing tokens, attempts, guarded moves one statement per wave."""
+
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import (
+    ColumnElement,
+    Connection,
+    and_,
+    bindparam,
+    exists,
+    func,
+    insert,
+    literal,
+    select,
+    tuple_,
+    update,
+)
+
+from digest_pipeline.adapters.sql import rows as sql_rows
+from digest_pipeline.adapters.sql.base import (
+    ANALYZE_AFTER,
+    KEYS,
+    SqlBase,
+    audit_row,
+    due_clause,
+    wi,
+)
+from digest_pipeline.adapters.sql.schema import (
+    attempts,
+    audit_log,
+    dead_letters,
+    eligibility_snapshot,
+    period_runs,
+)
+from digest_pipeline.domain.chunks import chunked
+from digest_pipeline.domain.errors import DigestError, LostRace, SnapshotMissing, UnknownWorkItem
+from digest_pipeline.domain.failures import SendOutcome
+from digest_pipeline.domain.model import (
+    AttemptTicket,
+    AuditEntry,
+    Claim,
+    ClearDedupe,
+    EnqueueReceipt,
+    LeaseRecovery,
+    RefundBudget,
+    Reopen,
+    Transition,
+)
+from digest_pipeline.domain.periods import KEY_PREFIX, Period
+from digest_pipeline.domain.states import DeliveryState, check_transition
+from digest_pipeline.domain.transitions import DETAIL_LENGTH, after_lease_expiry
+from digest_pipeline.ports import WorkQueue
+
+#: marks a key already moved earlier in the same batch
+_MOVED: Any = object()
+#: a throttled attempt gives its budget unit back (one shared expression, so transitions that
+#: refund group into one statement)
+REFUND = wi.c.budget_used - 1
+
+
+def _update_values(t: Transition) -> dict[str, Any]:
+    """The columns a transition sets on its work item."""
+    values: dict[str, Any] = {
+        "state": t.target.value,
+        "next_attempt_at": t.next_attempt_at,
+        "updated_at": t.at,
+    }
+    if t.target is not DeliveryState.CLAIMED:
+        values |= {"lease_owner": None, "lease_expires_at": None}
+    if t.failure_class is not None:
+        values["last_failure_class"] = t.failure_class.value
+    if t.detail is not None:
+        values["last_detail"] = t.detail[:DETAIL_LENGTH]
+    if t.provider_message_id is not None:
+        values["provider_message_id"] = t.provider_message_id
+    if t.target is DeliveryState.SENT:
+        values["sent_at"] = t.at
+    if t.has(RefundBudget):
+        values["budget_used"] = REFUND
+    if t.resend_until is not None:
+        values["dedupe_until"] = t.resend_until
+    if t.has(Reopen):
+        values |= {"budget_used": 0, "window_started_at": None, "replayed_at": t.at}
+    if t.has(Reopen) or t.has(ClearDedupe):
+        values["dedupe_until"] = None
+    return values
+
+
+class SqlWorkQueue(SqlBase, WorkQueue):
+    """The `WorkQueue` role of `SqlLedger`."""
+
+    def enqueue(self, period: Period, now: datetime) -> EnqueueReceipt:
+        es, p = eligibility_snapshot, str(period)
+        with self._engine.begin() as conn:
+            info = self._snapshot_info(conn, period)
+            if info is None:
+                raise SnapshotMissing(f"period {period} has no frozen eligibility snapshot")
+            source = select(
+                literal(f"{KEY_PREFIX}:{p}:") + es.c.customer_id,
+                es.c.period,
+                es.c.customer_id,
+                literal(DeliveryState.PENDING.value),
+                literal(0),
+                literal(0),
+                literal(0),
+                literal(now, wi.c.created_at.type),
+                literal(now, wi.c.updated_at.type),
+                literal(now, wi.c.next_attempt_at.type),
+            ).where(es.c.period == p)
+            columns = [
+                "operation_key",
+                "period",
+                "customer_id",
+                "state",
+                "attempts",
+                "budget_used",
+                "lease_token",
+                "created_at",
+                "updated_at",
+                "next_attempt_at",
+            ]
+            stmt = self._insert(wi).from_select(columns, source).on_conflict_do_nothing()
+            # Drivers disagree on rowcount for INSERT … SELECT … ON CONFLICT; count instead.
+            count = select(func.count()).select_from(wi).where(wi.c.period == p)
+            before = conn.execute(count).scalar_one()
+            conn.execute(stmt)
+            created = conn.execute(count).scalar_one() - before
+            conn.execute(
+                update(period_runs)
+                .where(period_runs.c.period == p, period_runs.c.enqueued_at.is_(None))
+                .values(enqueued_at=now)
+            )
+            if created >= ANALYZE_AFTER:
+                # Fresh statistics before the first claim: with the planner still believing the
+                # table is small, it sorts the whole period instead of reading the due index.
+                conn.exec_driver_sql("ANALYZE work_items")
+        return EnqueueReceipt(created=created, existing=info.eligible_count - created)
+
+    def due_count(self, now: datetime, period: Period | None = None) -> int:
+        q = select(func.count()).select_from(wi).where(due_clause(now, period))
+        with self._engine.connect() as conn:
+            return int(conn.execute(q).scalar_one())
+
+    def claim_due(
+        self,
+        now: datetime,
+        owner: str,
+        lease: timedelta,
+        limit: int,
+        period: Period | None = None,
+    ) -> list[Claim]:
+        if limit <= 0:
+            return []
+        due = due_clause(now, period)
+        candidates = (
+            select(wi.c.operation_key)
+            .where(due)
+            .order_by(wi.c.next_attempt_at, wi.c.operation_key)
+            .limit(limit)
+            .with_for_update(skip_locked=True)
+            .cte("due")
+        )
+        expires = now + lease
+        stmt = (
+            update(wi)
+            .where(wi.c.operation_key == candidates.c.operation_key, due)
+            .values(
+                state=DeliveryState.CLAIMED.value,
+                lease_owner=owner,
+                lease_token=wi.c.lease_token + 1,
+                lease_expires_at=expires,
+                first_claimed_at=func.coalesce(wi.c.first_claimed_at, now),
+                next_attempt_at=None,
+                updated_at=now,
+            )
+            .returning(*wi.c)
+        )
+        with self._engine.begin() as conn:
+            rows = conn.execute(stmt).mappings().all()
+        items = sorted((sql_rows.work_item(r) for r in rows), key=lambda i: str(i.key))
+        return [Claim(i, i.lease_token, owner, expires) for i in items]
+
+    def start_attempt(self, claim: Claim, now: datetime) -> AttemptTicket:
+        [started] = self.start_attempts([claim], now)
+        if isinstance(started, DigestError):
+            raise started
+        return started
+
+    def start_attempts(
+        self, claims: Sequence[Claim], now: datetime
+    ) -> list[AttemptTicket | DigestError]:
+        if not claims:
+            return []
+        numbers: dict[str, int] = {}
+        ids: dict[str, int] = {}
+        with self._engine.begin() as conn:
+            for chunk in chunked(claims, KEYS):
+                guard = [(str(c.key), c.token) for c in chunk]
+                numbers.update(
+                    conn.execute(
+                        update(wi)
+                        .where(
+                            # the plain IN gives SQLite an index to use; it scans for row values
+                            wi.c.operation_key.in_([k for k, _ in guard]),
+                            tuple_(wi.c.operation_key, wi.c.lease_token).in_(guard),
+                            wi.c.state == DeliveryState.CLAIMED.value,
+                            wi.c.lease_expires_at > now,
+                        )
+                        .values(
+                            attempts=wi.c.attempts + 1,
+                            budget_used=wi.c.budget_used + 1,
+                            first_attempt_at=func.coalesce(wi.c.first_attempt_at, now),
+                            window_started_at=func.coalesce(wi.c.window_started_at, now),
+                            last_attempt_at=now,
+                            updated_at=now,
+                        )
+                        .returning(wi.c.operation_key, wi.c.attempts)
+                    ).all()
+                )
+            rows = [
+                {
+                    "operation_key": str(c.key),
+                    "number": numbers[str(c.key)],
+                    "lease_token": c.token,
+                    "worker": c.owner,
+                    "started_at": now,
+                    "duplicate": False,
+                }
+                for c in claims
+                if str(c.key) in numbers
+            ]
+            if rows:
+                ids.update(
+                    conn.execute(
+                        insert(attempts).returning(
+                            attempts.c.operation_key,
+                            attempts.c.attempt_id,
+                            sort_by_parameter_order=True,
+                        ),
+                        rows,
+                    ).all()
+                )
+            missing = self._missing_or_lost(
+                conn,
+                [c.key for c in claims if str(c.key) not in numbers],
+                "lease lost before the attempt started",
+            )
+        return [
+            AttemptTicket(ids[k], c.key, numbers[k], c.token, now)
+            if (k := str(c.key)) in numbers
+            else missing[k]
+            for c in claims
+        ]
+
+    def complete(self, ticket: AttemptTicket, outcome: SendOutcome, transition: Transition) -> None:
+        [lost] = self.complete_many([(ticket, outcome, transition)])
+        if lost is not None:
+            raise lost
+
+    def complete_many(
+        self, results: Sequence[tuple[AttemptTicket, SendOutcome, Transition]]
+    ) -> list[DigestError | None]:
+        if not results:
+            return []
+        for _, _, t in results:
+            check_transition(t.expected, t.target)
+        closing = [
+            {
+                "b_attempt_id": ticket.attempt_id,
+                "b_finished_at": t.at,
+                "b_outcome": outcome.label,
+                "b_detail": outcome.detail[:200],
+                "b_provider_message_id": outcome.provider_message_id,
+                "b_duplicate": outcome.duplicate,
+            }
+            for ticket, outcome, t in results
+        ]
+        with self._engine.begin() as conn:
+            # Close every attempt, even one whose transition loses: it is evidence for
+            # reconciliation, and it commits with the transitions that did apply.
+            conn.execute(
+                update(attempts)
+                .where(
+                    attempts.c.attempt_id == bindparam("b_attempt_id"),
+                    attempts.c.finished_at.is_(None),
+                )
+                .values(
+                    finished_at=bindparam("b_finished_at"),
+                    outcome=bindparam("b_outcome"),
+                    detail=bindparam("b_detail"),
+                    provider_message_id=bindparam("b_provider_message_id"),
+                    duplicate=bindparam("b_duplicate"),
+                ),
+                closing,
+            )
+            lost = self._apply_many(conn, [t for _, _, t in results])
+        return [lost.get(str(t.key)) for _, _, t in results]
+
+    def apply(self, transition: Transition) -> None:
+        check_transition(transition.expected, transition.target)
+        with self._engine.begin() as conn:
+            if lost := self._apply_many(conn, [transition]):
+                raise lost[str(transition.key)]
+
+    def _apply_many(self, conn: Connection, ts: Sequence[Transition]) -> dict[str, DigestError]:
+        """Applies the transitions whose guard holds; returns the others' errors by key.
+
+        The wave's rows are read and locked first (`FOR UPDATE` on PostgreSQL, the write lock of
+        SQLite's `BEGIN IMMEDIATE`), so which guards hold is read from the rows themselves and
+        cannot change before the updates. The updates then go out one statement per shape of
+        values (one for every `sent`, one for every retry, …), not one per item.
+        """
+        current: dict[str, Any] = {}
+        for chunk in chunked(sorted({str(t.key) for t in ts}), KEYS):
+            q = (
+                select(wi.c.operation_key, wi.c.state, wi.c.lease_token)
+                .where(wi.c.operation_key.in_(chunk))
+                .order_by(wi.c.operation_key)
+                .with_for_update()
+            )
+            current.update((r.operation_key, r) for r in conn.execute(q))
+        lost: dict[str, DigestError] = {}
+        holding: list[Transition] = []
+        for t in ts:
+            key = str(t.key)
+            row = current.get(key)
+            if row is None:
+                lost[key] = UnknownWorkItem(f"no work item for {t.key}")
+            elif row is _MOVED or (row.state, row.lease_token) != (t.expected.value, t.token):
+                state = "moved by this batch" if row is _MOVED else row.state
+                lost[key] = LostRace(
+                    f"{t.key}: expected {t.expected.value} with token {t.token}; it is {state}"
+                )
+            else:
+                holding.append(t)
+                current[key] = _MOVED  # a second move of the same key in one batch loses
+        # Transitions setting the same columns (and the same expressions) share one statement.
+        shapes: dict[tuple[tuple[str, int | None], ...], list[tuple[Transition, dict[str, Any]]]]
+        shapes = {}
+        for t in holding:
+            values = _update_values(t)
+            shape = tuple(
+                (c, id(v) if isinstance(v, ColumnElement) else None) for c, v in values.items()
+            )
+            shapes.setdefault(shape, []).append((t, values))
+        for group in shapes.values():
+            stmt = (
+                update(wi)
+                .where(
+                    wi.c.operation_key == bindparam("w_key"),
+                    wi.c.state == bindparam("w_state"),
+                    wi.c.lease_token == bindparam("w_token"),
+                )
+                .values(
+                    {
+                        c: v if isinstance(v, ColumnElement) else bindparam(f"v_{c}")
+                        for c, v in group[0][1].items()
+                    }
+                )
+            )
+            params = [
+                {
+                    "w_key": str(t.key),
+                    "w_state": t.expected.value,
+                    "w_token": t.token,
+                    **{f"v_{c}": v for c, v in values.items() if not isinstance(v, ColumnElement)},
+                }
+                for t, values in group
+            ]
+            if (matched := conn.execute(stmt, params).rowcount) != len(params):
+                # the rows are locked and their guards were just read: this is a bug, not a race
+                raise RuntimeError(f"guarded update matched {matched} of {len(params)} locked rows")
+        self._record_side_rows(conn, holding)
+        return lost
+
+    def _record_side_rows(self, conn: Connection, ts: Sequence[Transition]) -> None:
+        """The dead-letter, replay and audit rows that go with applied transitions."""
+        dying = [str(t.key) for t in ts if t.dead_letter_reason is not None]
+        after: dict[str, Any] = {}
+        for chunk in chunked(dying, KEYS):
+            q = select(wi).where(wi.c.operation_key.in_(chunk))
+            after.update((r["operation_key"], r) for r in conn.execute(q).mappings())
+        dead = [
+            {
+                "operation_key": str(t.key),
+                "period": str(t.key.period),
+                "customer_id": t.key.customer_id,
+                "reason": t.dead_letter_reason,
+                "last_failure_class": after[str(t.key)]["last_failure_class"],
+                "attempts": after[str(t.key)]["attempts"],
+                "first_attempt_at": after[str(t.key)]["first_attempt_at"],
+                "last_attempt_at": after[str(t.key)]["last_attempt_at"],
+                "created_at": t.at,
+            }
+            for t in ts
+            if t.dead_letter_reason is not None
+        ]
+        if dead:
+            conn.execute(insert(dead_letters), dead)
+        reopened = [
+            {"b_key": str(t.key), "b_at": t.at} for t in ts if t.target is DeliveryState.PENDING
+        ]
+        if reopened:
+            conn.execute(
+                update(dead_letters)
+                .where(
+                    dead_letters.c.operation_key == bindparam("b_key"),
+                    dead_letters.c.replayed_at.is_(None),
+                )
+                .values(replayed_at=bindparam("b_at")),
+                reopened,
+            )
+        audits = [
+            audit_row(
+                AuditEntry(
+                    at=t.at,
+                    actor=t.audit.actor,
+                    action=t.audit.action,
+                    key=t.key,
+                    from_state=t.expected,
+                    to_state=t.target,
+                    reason=t.audit.reason,
+                    period=t.key.period,
+                )
+            )
+            for t in ts
+            if t.audit is not None
+        ]
+        if audits:
+            conn.execute(insert(audit_log), audits)
+
+    def recover_expired_leases(self, now: datetime) -> LeaseRecovery:
+        expired = and_(wi.c.state == DeliveryState.CLAIMED.value, wi.c.lease_expires_at <= now)
+        open_attempt = exists().where(
+            attempts.c.operation_key == wi.c.operation_key,
+            attempts.c.lease_token == wi.c.lease_token,
+            attempts.c.finished_at.is_(None),
+        )
+        with self._engine.begin() as conn:
+            # Lock the expired claims first, so no worker can start an attempt on one of them
+            # between the check for an open attempt and the move.
+            rows = conn.execute(
+                select(wi, open_attempt.label("open_attempt"))
+                .where(expired)
+                .with_for_update(of=wi, skip_locked=True)
+            ).mappings()
+            moves = [
+                after_lease_expiry(sql_rows.work_item(r), r["open_attempt"], now) for r in rows
+            ]
+            if not moves:
+                return LeaseRecovery((), ())
+            # Locked rows cannot lose their guard; a lost one would be a bug, so it raises.
+            if lost := self._apply_many(conn, moves):
+                raise next(iter(lost.values()))
+        return LeaseRecovery(
+            tuple(sorted((t.key for t in moves if t.target is not DeliveryState.UNKNOWN), key=str)),
+            tuple(sorted((t.key for t in moves if t.target is DeliveryState.UNKNOWN), key=str)),
+        )

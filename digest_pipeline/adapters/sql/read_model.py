@@ -1,0 +1,132 @@
+"""The read model (status, checks, metrics, rigs) and the audit trail, with the invariants beside it."""
+
+from collections.abc import Collection, Iterable, Iterator, Sequence
+from datetime import datetime
+
+from sqlalchemy import (
+    func,
+    select,
+)
+
+from digest_pipeline.adapters.sql import rows as sql_rows
+from digest_pipeline.adapters.sql.base import KEYS, SqlBase, period_items, wi
+from digest_pipeline.adapters.sql.invariants import evaluate_invariants
+from digest_pipeline.adapters.sql.schema import (
+    attempts,
+    audit_log,
+    dead_letters,
+)
+from digest_pipeline.domain.chunks import chunked
+from digest_pipeline.domain.model import (
+    Attempt,
+    AuditEntry,
+    DeadLetterRecord,
+    InvariantResult,
+    WorkItem,
+)
+from digest_pipeline.domain.periods import OperationKey, Period
+from digest_pipeline.domain.states import TERMINAL, DeliveryState
+from digest_pipeline.ports import (
+    AuditTrail,
+    ReadModel,
+)
+
+
+class SqlReadModel(SqlBase, ReadModel, AuditTrail):
+    """The `ReadModel` and `AuditTrail` roles of `SqlLedger`."""
+
+    def get(self, key: OperationKey) -> WorkItem | None:
+        return self.items_of([key]).get(key)
+
+    def items_of(self, keys: Sequence[OperationKey]) -> dict[OperationKey, WorkItem]:
+        found: dict[OperationKey, WorkItem] = {}
+        with self._engine.connect() as conn:
+            for chunk in chunked({str(k) for k in keys}, KEYS):
+                q = select(wi).where(wi.c.operation_key.in_(chunk))
+                for r in conn.execute(q).mappings():
+                    item = sql_rows.work_item(r)
+                    found[item.key] = item
+        return found
+
+    def items(
+        self, period: Period, states: Iterable[DeliveryState] | None = None
+    ) -> list[WorkItem]:
+        with self._engine.connect() as conn:
+            rows = conn.execute(period_items(period, states)).mappings()
+            items = [sql_rows.work_item(r) for r in rows]
+        return sorted(items, key=lambda i: str(i.key))
+
+    def iter_items(
+        self, period: Period, states: Iterable[DeliveryState] | None = None, page: int = 1_000
+    ) -> Iterator[WorkItem]:
+        q = period_items(period, states)
+        after: str | None = None
+        while True:
+            # keyset pagination: each page is its own short read, nothing is held open between
+            paged = q if after is None else q.where(wi.c.operation_key > after)
+            with self._engine.connect() as conn:
+                rows = conn.execute(paged.order_by(wi.c.operation_key).limit(page)).mappings()
+                items = [sql_rows.work_item(r) for r in rows]
+            yield from items
+            if len(items) < page:
+                return
+            after = str(items[-1].key)
+
+    def attempts(self, key: OperationKey) -> list[Attempt]:
+        q = (
+            select(attempts)
+            .where(attempts.c.operation_key == str(key))
+            .order_by(attempts.c.attempt_id)
+        )
+        with self._engine.connect() as conn:
+            return [sql_rows.attempt(r) for r in conn.execute(q).mappings()]
+
+    def state_counts(self, period: Period) -> dict[DeliveryState, int]:
+        q = select(wi.c.state, func.count()).where(wi.c.period == str(period)).group_by(wi.c.state)
+        with self._engine.connect() as conn:
+            return {DeliveryState(state): n for state, n in conn.execute(q)}
+
+    def attempt_outcome_counts(self, period: Period) -> dict[str, int]:
+        a = attempts
+        of_period = a.c.operation_key.in_(
+            select(wi.c.operation_key).where(wi.c.period == str(period))
+        )
+        outcome = func.coalesce(a.c.outcome, "open")
+        by_outcome = select(outcome, func.count()).where(of_period).group_by(outcome)
+        dupes = select(func.count()).where(of_period, a.c.duplicate.is_(True))
+        with self._engine.connect() as conn:
+            counts: dict[str, int] = {k: n for k, n in conn.execute(by_outcome)}
+            if n_dupes := conn.execute(dupes).scalar_one():
+                counts["duplicate"] = n_dupes
+        return counts
+
+    def open_periods(self) -> list[Period]:
+        q = select(wi.c.period).where(wi.c.state.not_in([s.value for s in TERMINAL])).distinct()
+        with self._engine.connect() as conn:
+            return sorted(Period.parse(p) for p in conn.execute(q).scalars())
+
+    def dead_letters(self, period: Period) -> list[DeadLetterRecord]:
+        q = (
+            select(dead_letters)
+            .where(dead_letters.c.period == str(period))
+            .order_by(dead_letters.c.dead_letter_id)
+        )
+        with self._engine.connect() as conn:
+            return [sql_rows.dead_letter(r) for r in conn.execute(q).mappings()]
+
+    def record_audit(self, entry: AuditEntry) -> None:
+        with self._engine.begin() as conn:
+            self._insert_audit(conn, entry)
+
+    def audit_log(self, period: Period | None = None) -> list[AuditEntry]:
+        q = select(audit_log).order_by(audit_log.c.audit_id)
+        if period is not None:
+            q = q.where(audit_log.c.period == str(period))
+        with self._engine.connect() as conn:
+            return [sql_rows.audit_entry(r) for r in conn.execute(q).mappings()]
+
+    def check_invariants(
+        self, period: Period, now: datetime, names: Collection[str] | None = None
+    ) -> list[InvariantResult]:
+        with self._engine.connect() as conn:
+            return evaluate_invariants(conn, period, now, names)
