@@ -21,7 +21,7 @@ launcher would; the run's event log, the provider and the ledger give the figure
   actually waited on the provider;
 - `workers_used`: distinct Celery workers that ran batch steps (from the engine events);
 - `mailer_dup_sends`: keys the provider stored more than once; `ledger_double_sends`: the
-  `at_most_one_send_per_key` invariant's violations.
+  `no_duplicate_send` invariant's violations.
 
 DIGEST_BATCH_SIZE=250 and DIGEST_CONCURRENCY=4: 250 sends four at a time at 50 ms is ~3 s of
 sending per batch, long against a Celery step's fixed cost (a fresh step process that loads
@@ -53,13 +53,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import func, select
-
 from benchmarks import common
-from digest_pipeline.adapters.sql.engine import create_ledger_engine
-from digest_pipeline.adapters.sql.invariants import evaluate_invariants
-from digest_pipeline.adapters.sql.schema import attempts, work_items
 from digest_pipeline.domain.periods import Period
+from digest_pipeline.rigs.bootstrap import open_rig_ledger
 
 MODULE = "benchmarks.celery_scale"
 WORKERS = (1, 2)
@@ -134,27 +130,10 @@ def _batch_timings(instance: Any, run_id: str) -> dict[str, dict[str, float]]:
 
 def _ledger_figures(url: str, run_id: str) -> tuple[int, dict[str, int], int]:
     """Work items of the period, `sent` attempts per lease owner, double-send violations."""
-    engine = create_ledger_engine(url)
-    try:
-        with engine.connect() as conn:
-            items = conn.execute(
-                select(func.count())
-                .select_from(work_items)
-                .where(work_items.c.period == str(PERIOD))
-            ).scalar_one()
-            per_owner: dict[str, int] = {
-                str(w): int(n)
-                for w, n in conn.execute(
-                    select(attempts.c.worker, func.count())
-                    .where(attempts.c.outcome == "sent", attempts.c.worker.like(f"{run_id[:8]}:%"))
-                    .group_by(attempts.c.worker)
-                ).all()
-            }
-            (double,) = evaluate_invariants(
-                conn, PERIOD, datetime.now(UTC), names=["at_most_one_send_per_key"]
-            )
-    finally:
-        engine.dispose()
+    with open_rig_ledger(url) as ledger:
+        items = sum(ledger.state_counts(PERIOD).values())
+        per_owner = ledger.sent_by_worker(f"{run_id[:8]}:")
+        (double,) = ledger.check_invariants(PERIOD, datetime.now(UTC), names=["no_duplicate_send"])
     return int(items), per_owner, double.violations
 
 

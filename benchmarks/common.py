@@ -28,12 +28,10 @@ from typing import Any
 import pandas as pd
 import psycopg
 from psycopg import sql
-from sqlalchemy import Engine, case, event, func, select
+from sqlalchemy import Engine, event
 from sqlalchemy.engine import make_url
 
 from digest_pipeline.adapters.demo_data import seed_demo
-from digest_pipeline.adapters.sql.engine import create_ledger_engine
-from digest_pipeline.adapters.sql.schema import attempts, work_items
 from digest_pipeline.domain.periods import Period
 from digest_pipeline.instance import prepare_home
 from digest_pipeline.rigs.bootstrap import open_rig_ledger
@@ -260,36 +258,10 @@ def ledger_verdict(url: str, period: Period, seeded: Seeded) -> dict[str, Any]:
     Every eligible item must be sent or cleaned, except the demo's malformed addresses, which
     must be `failed`. With a mailer that never fails, a key attempted twice was claimed twice.
     """
-    engine = create_ledger_engine(url)
-    key = str(period)
-    try:
-        with engine.connect() as conn:
-            states: dict[str, int] = dict(
-                conn.execute(
-                    select(work_items.c.state, func.count())
-                    .where(work_items.c.period == key)
-                    .group_by(work_items.c.state)
-                ).all()
-            )
-            per_key = (
-                select(
-                    attempts.c.operation_key,
-                    func.count().label("n"),
-                    func.sum(case((attempts.c.outcome == "sent", 1), else_=0)).label("sent"),
-                )
-                .join(work_items, work_items.c.operation_key == attempts.c.operation_key)
-                .where(work_items.c.period == key)
-                .group_by(attempts.c.operation_key)
-                .subquery()
-            )
-            double_sent, multi_attempt = conn.execute(
-                select(
-                    func.sum(case((per_key.c.sent > 1, 1), else_=0)),
-                    func.sum(case((per_key.c.n > 1, 1), else_=0)),
-                )
-            ).one()
-    finally:
-        engine.dispose()
+    with open_rig_ledger(url) as ledger:
+        states = {s.value: n for s, n in ledger.state_counts(period).items()}
+        tally = ledger.attempt_tally(period)
+    double_sent, multi_attempt = tally.keys_sent_twice, tally.keys_attempted_twice
     done = sum(states.get(s, 0) for s in DONE_STATES)
     failed = states.get("failed", 0)
     total = sum(states.values())

@@ -748,10 +748,12 @@ class FakeLedger(Ledger):
     ) -> list[InvariantResult]:
         with self._lock:
             results = [
-                _result("one_cleanup_per_sent_item", self._cleanup_violations_locked(period)),
+                _result("at_most_one_cleanup_per_key", self._cleanup_violations_locked(period)),
                 _result("no_silent_timeout", self._silent_timeouts_locked(period)),
-                _result("every_item_visible", self._invisible_items_locked(period, now)),
-                _result("at_most_one_send_per_key", self._double_sends_locked(period)),
+                _result(
+                    "every_customer_has_visible_state", self._invisible_items_locked(period, now)
+                ),
+                _result("no_duplicate_send", self._double_sends_locked(period)),
                 self._snapshot_unchanged_locked(period),
             ]
         return [r for r in results if names is None or r.name in names]

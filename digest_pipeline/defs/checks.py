@@ -16,12 +16,12 @@ from digest_pipeline.ports import Clock, Ledger
 
 
 def _invariant_check(
-    name: str, invariant: str, asset: str, blocking: bool, description: str, problem: str
+    invariant: str, asset: str, blocking: bool, description: str, problem: str
 ) -> dg.AssetChecksDefinition:
-    """A check that evaluates one of the ledger's invariants (by its ledger name) for the week."""
+    """A check named as, and evaluating, one of the ledger's invariants (`INVARIANTS`)."""
 
     @dg.asset_check(
-        name=name,
+        name=invariant,
         asset=asset,
         partitions_def=weekly_partitions,
         blocking=blocking,
@@ -42,14 +42,12 @@ def _invariant_check(
 
 snapshot_unchanged = _invariant_check(
     "snapshot_unchanged",
-    "snapshot_unchanged",
     "eligibility_snapshot",
     True,
     "The frozen selection still matches the fingerprint taken when it was frozen (invariant 5).",
     "period(s) whose frozen snapshot was changed after the freeze",
 )
 no_silent_timeout = _invariant_check(
-    "no_silent_timeout",
     "no_silent_timeout",
     "digest_deliveries",
     True,
@@ -59,7 +57,6 @@ no_silent_timeout = _invariant_check(
 )
 every_customer_has_visible_state = _invariant_check(
     "every_customer_has_visible_state",
-    "every_item_visible",
     "digest_deliveries",
     True,
     "Every selected customer has one work item in a visible state: terminal, a scheduled "
@@ -68,7 +65,6 @@ every_customer_has_visible_state = _invariant_check(
 )
 no_duplicate_send = _invariant_check(
     "no_duplicate_send",
-    "at_most_one_send_per_key",
     "digest_deliveries",
     True,
     "At most one possible delivery per operation key (invariant 4): confirmed sends, and "
@@ -77,7 +73,6 @@ no_duplicate_send = _invariant_check(
 )
 at_most_one_cleanup_per_key = _invariant_check(
     "at_most_one_cleanup_per_key",
-    "one_cleanup_per_sent_item",
     "digest_cleanup",
     False,
     "At most one completed cleanup per operation key, and none for an item never sent "

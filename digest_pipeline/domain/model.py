@@ -389,10 +389,10 @@ class LeaseRecovery:
 
 #: design §4's invariants, in order, by the names every ledger reports them under
 INVARIANTS = (
-    "one_cleanup_per_sent_item",
+    "at_most_one_cleanup_per_key",
     "no_silent_timeout",
-    "every_item_visible",
-    "at_most_one_send_per_key",
+    "every_customer_has_visible_state",
+    "no_duplicate_send",
     "snapshot_unchanged",
 )
 

@@ -2,7 +2,7 @@
 
 A confirmed send is a delivery; an `unknown` or abandoned attempt may be one. A replay must not
 add a second possible delivery without the operator's explicit acceptance, and
-`at_most_one_send_per_key` counts possible deliveries, not only confirmed ones. Pure: the ledgers
+`no_duplicate_send` counts possible deliveries, not only confirmed ones. Pure: the ledgers
 apply it to their rows (the SQL ledger as a query over the same constants).
 """
 

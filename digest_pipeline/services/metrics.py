@@ -105,8 +105,7 @@ def period_metrics(ledger: Ledger, period: Period, now: datetime) -> PeriodMetri
         ):
             oldest_waiting = i.created_at
     [double_sends] = [
-        r.violations
-        for r in ledger.check_invariants(period, now, names={"at_most_one_send_per_key"})
+        r.violations for r in ledger.check_invariants(period, now, names={"no_duplicate_send"})
     ]
     return PeriodMetrics(
         period=period,

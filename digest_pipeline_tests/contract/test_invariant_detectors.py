@@ -58,7 +58,7 @@ def send_at(ledger: Ledger, key: OperationKey, at: datetime) -> None:
 
 
 def cleanup_result(ledger: Ledger, now: datetime) -> tuple[bool, tuple[str, ...]]:
-    [r] = ledger.check_invariants(W42, now, names={"one_cleanup_per_sent_item"})
+    [r] = ledger.check_invariants(W42, now, names={"at_most_one_cleanup_per_key"})
     return r.passed, r.sample
 
 

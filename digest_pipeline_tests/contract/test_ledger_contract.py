@@ -468,10 +468,10 @@ class TestInvariants:
         )
         results = ledger.check_invariants(W42, T0)
         assert [r.name for r in results] == [
-            "one_cleanup_per_sent_item",
+            "at_most_one_cleanup_per_key",
             "no_silent_timeout",
-            "every_item_visible",
-            "at_most_one_send_per_key",
+            "every_customer_has_visible_state",
+            "no_duplicate_send",
             "snapshot_unchanged",
         ]
         assert all(r.passed for r in results), results
@@ -538,8 +538,8 @@ class TestInvariants:
         send(ledger, again, SendOutcome.sent("pm-2"), DeliveryState.SENT, now=late)
         results = {r.name: r for r in ledger.check_invariants(W42, late)}
         assert (
-            results["at_most_one_send_per_key"].passed,
-            results["at_most_one_send_per_key"].sample,
+            results["no_duplicate_send"].passed,
+            results["no_duplicate_send"].sample,
         ) == (
             False,
             (str(a),),
@@ -555,7 +555,7 @@ class TestInvariants:
         frozen(ledger, 1)
         ledger.claim_due(T0, "w1", LEASE, 10)
         results = {r.name: r for r in ledger.check_invariants(W42, T0 + LEASE)}
-        assert not results["every_item_visible"].passed
+        assert not results["every_customer_has_visible_state"].passed
         ledger.recover_expired_leases(T0 + LEASE)
         results = {r.name: r for r in ledger.check_invariants(W42, T0 + LEASE)}
-        assert results["every_item_visible"].passed
+        assert results["every_customer_has_visible_state"].passed

@@ -2,7 +2,7 @@
 
 A key an attempt may have delivered (outcome `unknown`, or abandoned mid-send) with no later
 evidence that it did not is replayed only with the operator's explicit acceptance, and a second
-send after that counts in `at_most_one_send_per_key` and `duplicate_sends`. Histories that
+send after that counts in `no_duplicate_send` and `duplicate_sends`. Histories that
 reconciliation settled honestly (a lookup that found nothing, a resend the provider deduplicated,
 an operator's "not sent") count one send.
 """
@@ -64,7 +64,7 @@ def replay(ledger: Ledger, mailer: FakeMailer, clock: FixedClock, **flags: bool)
 
 def duplicate_counters(ledger: Ledger, clock: FixedClock) -> tuple[int, tuple[str, ...], int]:
     """(invariant 4's violations, its sample, the `duplicate_sends` metric)."""
-    [r] = ledger.check_invariants(W42, clock.now(), names={"at_most_one_send_per_key"})
+    [r] = ledger.check_invariants(W42, clock.now(), names={"no_duplicate_send"})
     return r.violations, r.sample, period_metrics(ledger, W42, clock.now()).duplicate_sends
 
 
@@ -108,9 +108,7 @@ def test_replay_after_the_dedupe_window_needs_acceptance_and_then_counts_a_dupli
     assert state_of(ledger, KEY) is DeliveryState.SENT
     assert mailer.deliveries_for(KEY) == 2  # the customer got a second copy
     assert duplicate_counters(ledger, clock) == (1, (str(KEY),), 1)
-    assert [r.name for r in failed_invariants(ledger, W42, clock.now())] == [
-        "at_most_one_send_per_key"
-    ]
+    assert [r.name for r in failed_invariants(ledger, W42, clock.now())] == ["no_duplicate_send"]
 
 
 def test_the_dry_run_shows_the_attempt_that_may_have_delivered(ledger, clock):

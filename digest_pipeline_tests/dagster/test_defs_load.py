@@ -5,6 +5,7 @@ import pytest
 
 from digest_pipeline.definitions import defs
 from digest_pipeline.defs.partitions import weekly_partitions
+from digest_pipeline.domain.model import INVARIANTS
 
 ASSET_NAMES = {
     "eligibility_snapshot",
@@ -86,6 +87,12 @@ def test_every_check_is_partitioned_by_week_and_blocks_only_where_it_must(projec
         assert spec.description, key.name
         found.add((key.asset_key.to_user_string(), key.name, spec.blocking))
     assert found == CHECKS_BY_ASSET
+
+
+def test_every_ledger_invariant_has_a_check_of_its_name(project):
+    # the operator reads one name in the UI, in `digest status` and in the ledger's report
+    names = {key.name for key in project.resolve_asset_graph().asset_check_keys}
+    assert set(INVARIANTS) <= names
 
 
 def test_every_resource_key_is_bound(project):

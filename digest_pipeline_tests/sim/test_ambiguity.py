@@ -40,4 +40,4 @@ def test_a_non_idempotent_provider_with_short_leases_shows_unknowns_and_reports_
     assert row["duplicate_extra"] == sum(n - 1 for n in store.values())
     assert row["duplicate_keys"] == sum(n > 1 for n in store.values())
     assert row["provider_deliveries"] == sum(store.values())
-    assert row["inv_at_most_one_send_per_key"] == (row["duplicate_extra"] == 0)
+    assert row["inv_no_duplicate_send"] == (row["duplicate_extra"] == 0)

@@ -90,7 +90,7 @@ def test_a_lost_cleanup_acknowledgement_runs_cleanup_again_but_completes_it_once
     lost = row["cleanup_acks_lost"]
     assert lost > 0
     assert row["cleanup_attempts"] == N + lost > row["cleanups_completed"] == N
-    assert row["inv_one_cleanup_per_sent_item"]
+    assert row["inv_at_most_one_cleanup_per_key"]
 
 
 def test_a_claim_handed_to_a_second_worker_is_stopped_by_the_ledgers_fencing():

@@ -98,9 +98,9 @@ def test_a_cleanup_allowed_before_sent_is_caught_as_a_failed_invariant(gate_open
     result = simulate(EXPOSED, ledger_factory=CleanupBeforeSentLedger)
     row: dict[str, Any] = result.row
     assert not result.ok
-    assert row["inv_one_cleanup_per_sent_item"] is False
+    assert row["inv_at_most_one_cleanup_per_key"] is False
     assert row["invariants_ok"] is False
-    assert row["invariant_failures"].startswith("one_cleanup_per_sent_item:")
+    assert row["invariant_failures"].startswith("at_most_one_cleanup_per_key:")
     assert row["keys_never_delivered"] > 0  # their rows were gone before they were sent
     assert row["cleaned"] == N
 

@@ -44,7 +44,7 @@ def _result(conn: Connection, name: str, keys: Select[Any]) -> InvariantResult:
     return InvariantResult(name, not found, len(found), tuple(found[:SAMPLE]))
 
 
-def _one_cleanup_per_sent_item(p: str) -> Select[Any]:
+def _at_most_one_cleanup_per_key(p: str) -> Select[Any]:
     c = cleanups
     twice = (
         select(c.c.operation_key)
@@ -90,7 +90,7 @@ def _no_silent_timeout(p: str) -> Select[Any]:
     )
 
 
-def _every_item_visible(p: str, now: datetime, enqueued: bool) -> Select[Any]:
+def _every_customer_has_visible_state(p: str, now: datetime, enqueued: bool) -> Select[Any]:
     stuck = select(wi.c.operation_key).where(
         wi.c.period == p,
         or_(
@@ -109,7 +109,7 @@ def _every_item_visible(p: str, now: datetime, enqueued: bool) -> Select[Any]:
     return select(stuck.union(missing).subquery().c[0])
 
 
-def _at_most_one_send_per_key(p: str) -> Select[Any]:
+def _no_duplicate_send(p: str) -> Select[Any]:
     """Keys whose history may hold more than one delivery (`domain.possible_sends`'s rule)."""
     au = audit_log
     delivered = and_(a.c.outcome == "sent", a.c.duplicate.is_(False))
@@ -205,16 +205,16 @@ def evaluate_invariants(
         return conn.execute(q).scalar_one_or_none() is not None
 
     checks: dict[str, Callable[[], InvariantResult]] = {
-        "one_cleanup_per_sent_item": lambda: _result(
-            conn, "one_cleanup_per_sent_item", _one_cleanup_per_sent_item(p)
+        "at_most_one_cleanup_per_key": lambda: _result(
+            conn, "at_most_one_cleanup_per_key", _at_most_one_cleanup_per_key(p)
         ),
         "no_silent_timeout": lambda: _result(conn, "no_silent_timeout", _no_silent_timeout(p)),
-        "every_item_visible": lambda: _result(
-            conn, "every_item_visible", _every_item_visible(p, now, enqueued())
+        "every_customer_has_visible_state": lambda: _result(
+            conn,
+            "every_customer_has_visible_state",
+            _every_customer_has_visible_state(p, now, enqueued()),
         ),
-        "at_most_one_send_per_key": lambda: _result(
-            conn, "at_most_one_send_per_key", _at_most_one_send_per_key(p)
-        ),
+        "no_duplicate_send": lambda: _result(conn, "no_duplicate_send", _no_duplicate_send(p)),
         "snapshot_unchanged": lambda: _snapshot_unchanged(conn, period),
     }
     return [checks[name]() for name in wanted]

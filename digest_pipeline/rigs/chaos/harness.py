@@ -50,12 +50,11 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Engine, create_engine, func, select, text
+from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.pool import NullPool
 
 from digest_pipeline.adapters.sql.ledger import SqlLedger
-from digest_pipeline.adapters.sql.schema import attempts, audit_log, cleanups, work_items
 from digest_pipeline.domain.periods import Period
 from digest_pipeline.domain.states import TERMINAL, DeliveryState
 from digest_pipeline.rigs.bootstrap import PROJECT_ROOT, open_rig_ledger
@@ -403,7 +402,6 @@ def run_chaos(base_url: str, settings: ChaosSettings, log_dir: Path) -> ChaosRep
         ) as provider,
         open_rig_ledger(url) as ledger,
     ):
-        engine = ledger.engine
         keys = [str(k) for k in seed_period(ledger, settings.customers, period=period, now=now)]
         fleet = Fleet(
             settings,
@@ -417,8 +415,8 @@ def run_chaos(base_url: str, settings: ChaosSettings, log_dir: Path) -> ChaosRep
             _drive(fleet, ledger, report, settings, deadline)
         finally:
             fleet.stop_all()
-        _measure(report, ledger, engine, provider, fleet, keys)
-        _check(report, ledger, engine, provider, fleet, keys)
+        _measure(report, ledger, provider, fleet, keys)
+        _check(report, ledger, provider, fleet, keys)
         logs = fleet.logs() if report.failures else ""
     report.wall_seconds = time.monotonic() - started
     if report.failures:
@@ -503,13 +501,12 @@ def _at_least(value: Callable[[], float], mark: float) -> Callable[[], bool]:
 def _measure(
     report: ChaosReport,
     ledger: SqlLedger,
-    engine: Engine,
     provider: ProviderServer,
     fleet: Fleet,
     keys: list[str],
 ) -> None:
     """The figures, from the provider's store, the ledger and the workers' pass records."""
-    p, period = str(report.period), report.period
+    period = report.period
     report.items = len(keys)
     report.states = {s.value: n for s, n in ledger.state_counts(period).items()}
     report.provider_deliveries = sum(len(v) for v in provider.stored.values())
@@ -518,33 +515,13 @@ def _measure(
     report.provider_requests = provider.requests
     report.provider_replies_cut = provider.handler_errors
     report.attempts = ledger.attempt_outcome_counts(period)
-    a, wi = attempts, work_items
-    in_period = a.c.operation_key.in_(select(wi.c.operation_key).where(wi.c.period == p))
-    was_unknown = (
-        select(audit_log.c.operation_key)
-        .where(audit_log.c.period == p, audit_log.c.from_state == DeliveryState.UNKNOWN.value)
-        .union(
-            select(wi.c.operation_key).where(
-                wi.c.period == p, wi.c.state == DeliveryState.UNKNOWN.value
-            )
-        )
-        .subquery()
+    tally = ledger.attempt_tally(period)
+    report.attempts_cut_off = tally.open_attempts
+    report.provider_conflicts_in_flight = ledger.attempts_with_detail(
+        period, "http:409:concurrent_idempotent_requests"
     )
-    with engine.connect() as conn:
-        report.attempts_cut_off = conn.execute(
-            select(func.count()).where(in_period, a.c.finished_at.is_(None))
-        ).scalar_one()
-        report.provider_conflicts_in_flight = conn.execute(
-            select(func.count()).where(
-                in_period, a.c.detail == "http:409:concurrent_idempotent_requests"
-            )
-        ).scalar_one()
-        report.unknowns_seen = conn.execute(
-            select(func.count()).select_from(was_unknown)
-        ).scalar_one()
-        report.cleanups = conn.execute(
-            select(func.count()).select_from(cleanups).where(cleanups.c.period == p)
-        ).scalar_one()
+    report.unknowns_seen = ledger.keys_ever_unknown(period)
+    report.cleanups = sum(ledger.cleanup_rows_per_key(period).values())
     report.unknowns_left = report.states.get(DeliveryState.UNKNOWN.value, 0)
     reconciled: Counter[str] = Counter()
     races: Counter[str] = Counter({"deliver": 0, "reconcile": 0, "cleanup": 0})
@@ -559,7 +536,6 @@ def _measure(
 def _check(
     report: ChaosReport,
     ledger: SqlLedger,
-    engine: Engine,
     provider: ProviderServer,
     fleet: Fleet,
     keys: list[str],
@@ -592,13 +568,7 @@ def _check(
         states = Counter(items[k].state.value for k in not_cleaned)
         fail(f"{len(not_cleaned)} items not cleaned ({dict(states)}): {sample(not_cleaned)}")
     # every sent item cleaned exactly once: one cleanup row per key
-    per_key = (
-        select(cleanups.c.operation_key, func.count())
-        .where(cleanups.c.period == str(report.period))
-        .group_by(cleanups.c.operation_key)
-    )
-    with engine.connect() as conn:
-        rows: dict[str, int] = {key: n for key, n in conn.execute(per_key)}
+    rows = ledger.cleanup_rows_per_key(report.period)
     if wrong := {k for k in selected | set(rows) if rows.get(k, 0) != 1}:
         fail(f"{len(wrong)} keys without exactly one cleanup row: {sample(wrong)}")
     # design §4, on what the ledger recorded (no_silent_timeout among them)
