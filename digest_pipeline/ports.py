@@ -134,13 +134,8 @@ class SnapshotStore(ABC):
         yield from self.snapshot_entries(period)
 
     @abstractmethod
-    def recipient(self, key: OperationKey) -> str | None:
-        """The address frozen for the key's customer in the key's period."""
-
     def recipients(self, keys: Sequence[OperationKey]) -> dict[OperationKey, str]:
-        """`recipient` for many keys; keys without a frozen address are absent."""
-        found = {k: self.recipient(k) for k in keys}
-        return {k: r for k, r in found.items() if r is not None}
+        """The address frozen for each key's customer in its period; keys without one are absent."""
 
 
 class ContentStore(ABC):
@@ -151,12 +146,8 @@ class ContentStore(ABC):
         """Stores generated rows; returns how many were written."""
 
     @abstractmethod
-    def digest_rows(self, key: OperationKey) -> list[DigestRow]:
-        """The live (not cleaned) generated rows of one key, by position."""
-
     def digest_rows_of(self, keys: Sequence[OperationKey]) -> dict[OperationKey, list[DigestRow]]:
-        """`digest_rows` for many keys (every key present, possibly with no rows)."""
-        return {k: self.digest_rows(k) for k in keys}
+        """Each key's live (not cleaned) generated rows, by position; every key present."""
 
     def keys_with_rows_of(self, keys: Sequence[OperationKey]) -> set[OperationKey]:
         """Those of `keys` that have live generated rows (without reading the rows)."""
@@ -216,52 +207,27 @@ class WorkQueue(ABC):
     def due_count(self, now: datetime, period: Period | None = None) -> int:
         """How many items `claim_due` could hand out now (optionally in one period)."""
 
+    # A delivery worker moves a wave of sends at a time: one transaction per wave, never one
+    # per item. Only the batch forms are the port's; the tests' builders wrap them for one item.
     @abstractmethod
-    def start_attempt(self, claim: Claim, now: datetime) -> AttemptTicket:
-        """Records an attempt as started, before the mailer is called; the lease must be live."""
-
-    @abstractmethod
-    def complete(self, ticket: AttemptTicket, outcome: SendOutcome, transition: Transition) -> None:
-        """Closes the attempt with its outcome and applies the transition, atomically.
-
-        If the transition lost its race the attempt is still closed (it is evidence for
-        reconciliation) and LostRace is raised.
-        """
-
-    # The batch forms below are what a delivery worker uses: one transaction per wave of sends
-    # instead of one per item. These defaults loop over the single forms; the SQL ledger
-    # overrides them with set-based statements.
     def start_attempts(
         self, claims: Sequence[Claim], now: datetime
     ) -> list[AttemptTicket | DigestError]:
-        """`start_attempt` for each claim, in order.
+        """Records each claim's attempt as started, before the mailer is called, in order.
 
-        A claim that cannot start gets its error (LostRace, UnknownWorkItem) instead of a ticket.
+        The lease must be live: a claim that cannot start gets its error (LostRace,
+        UnknownWorkItem) instead of a ticket.
         """
-        started: list[AttemptTicket | DigestError] = []
-        for claim in claims:
-            try:
-                started.append(self.start_attempt(claim, now))
-            except DigestError as e:
-                started.append(e)
-        return started
 
+    @abstractmethod
     def complete_many(
         self, results: Sequence[tuple[AttemptTicket, SendOutcome, Transition]]
     ) -> list[DigestError | None]:
-        """`complete` for each result, in order: None where the transition applied, else its error.
+        """Closes each attempt with its outcome and applies its transition, atomically.
 
-        Every attempt is closed either way.
+        Returns, in order, None where the transition applied, else its error (LostRace): every
+        attempt is closed either way, as evidence for reconciliation.
         """
-        errors: list[DigestError | None] = []
-        for ticket, outcome, transition in results:
-            try:
-                self.complete(ticket, outcome, transition)
-            except DigestError as e:
-                errors.append(e)
-            else:
-                errors.append(None)
-        return errors
 
     @abstractmethod
     def apply(self, transition: Transition) -> None:
@@ -276,31 +242,16 @@ class Cleaner(ABC):
     """Cleanup of a sent item's rows: claimed and completed atomically, at most once per key."""
 
     @abstractmethod
-    def clean(
-        self, key: OperationKey, token: int, mode: CleanupMode, now: datetime
-    ) -> CleanupReceipt:
-        """Claims the cleanup, removes the key's rows and marks the item cleaned, atomically.
-
-        In one transaction: insert the unique cleanup row, archive or delete the key's rows and
-        move the item `sent → cleaned`. A second call reports `already_cleaned`; an item that
-        is not `sent` raises LostRace and nothing changes.
-        """
-
     def clean_many(
         self, items: Sequence[tuple[OperationKey, int]], mode: CleanupMode, now: datetime
     ) -> list[CleanupReceipt | DigestError]:
-        """`clean` for each (key, lease token), in order.
+        """Cleans each (key, lease token), in order.
 
-        An item that cannot be cleaned gets its error (LostRace, UnknownWorkItem), and nothing
-        of it changes.
+        For each key: claims the cleanup (the unique cleanup row), archives or deletes the key's
+        rows and moves the item `sent → cleaned`, atomically. A key already cleaned reports
+        `already_cleaned`; an item that is not `sent` with that token gets LostRace (and
+        UnknownWorkItem when there is none), and nothing of it changes.
         """
-        receipts: list[CleanupReceipt | DigestError] = []
-        for key, token in items:
-            try:
-                receipts.append(self.clean(key, token, mode, now))
-            except DigestError as e:
-                receipts.append(e)
-        return receipts
 
 
 class ReadModel(ABC):

@@ -8,12 +8,32 @@ seeds with too), re-exported here.
 
 from datetime import datetime
 
-from digest_pipeline.domain.model import Customer, InvariantResult
+from digest_pipeline.domain.errors import DigestError
+from digest_pipeline.domain.failures import SendOutcome
+from digest_pipeline.domain.model import (
+    AttemptTicket,
+    Claim,
+    CleanupMode,
+    CleanupReceipt,
+    Customer,
+    DigestRow,
+    InvariantResult,
+    Transition,
+)
 from digest_pipeline.domain.periods import OperationKey, Period
 from digest_pipeline.domain.policy import DeliveryPolicy
 from digest_pipeline.domain.retry import RandomSource
 from digest_pipeline.domain.states import DeliveryState
-from digest_pipeline.ports import Clock, Composer, Ledger, Mailer
+from digest_pipeline.ports import (
+    Cleaner,
+    Clock,
+    Composer,
+    ContentStore,
+    Ledger,
+    Mailer,
+    SnapshotStore,
+    WorkQueue,
+)
 from digest_pipeline.rigs.seeding import ROWS_PER_CUSTOMER as ROWS_PER_CUSTOMER
 from digest_pipeline.rigs.seeding import T0, W42
 from digest_pipeline.rigs.seeding import customer_id as customer_id
@@ -95,3 +115,42 @@ def state_of(ledger: Ledger, key: OperationKey) -> DeliveryState:
     item = ledger.get(key)
     assert item is not None, f"no work item for {key}"
     return item.state
+
+
+# One-item forms of the ledger's batch operations: the port has only the batch forms (a worker
+# moves a wave at a time); a test that moves one item says so through these.
+def start_one(ledger: WorkQueue, claim: Claim, now: datetime) -> AttemptTicket:
+    """Starts one attempt; raises the error (LostRace, UnknownWorkItem) the batch returned."""
+    [started] = ledger.start_attempts([claim], now)
+    if isinstance(started, DigestError):
+        raise started
+    return started
+
+
+def complete_one(
+    ledger: WorkQueue, ticket: AttemptTicket, outcome: SendOutcome, transition: Transition
+) -> None:
+    """Closes one attempt and applies its transition; raises LostRace (the attempt is closed)."""
+    [error] = ledger.complete_many([(ticket, outcome, transition)])
+    if error is not None:
+        raise error
+
+
+def clean_one(
+    ledger: Cleaner, key: OperationKey, token: int, mode: CleanupMode, now: datetime
+) -> CleanupReceipt:
+    """Cleans one key; raises the error (LostRace, UnknownWorkItem) the batch returned."""
+    [receipt] = ledger.clean_many([(key, token)], mode, now)
+    if isinstance(receipt, DigestError):
+        raise receipt
+    return receipt
+
+
+def recipient_of(ledger: SnapshotStore, key: OperationKey) -> str | None:
+    """The address frozen for one key, or None."""
+    return ledger.recipients([key]).get(key)
+
+
+def rows_of(ledger: ContentStore, key: OperationKey) -> list[DigestRow]:
+    """One key's live generated rows, by position."""
+    return ledger.digest_rows_of([key])[key]

@@ -27,6 +27,7 @@ from typing import ClassVar
 from digest_pipeline.domain import transitions
 from digest_pipeline.domain.catalogue import Order, Product
 from digest_pipeline.domain.errors import (
+    DigestError,
     LostRace,
     RenderError,
     SnapshotMissing,
@@ -454,10 +455,10 @@ class FakeLedger(Ledger):
         with self._lock:
             return self._sorted_entries_locked(period)
 
-    def recipient(self, key: OperationKey) -> str | None:
+    def recipients(self, keys: Sequence[OperationKey]) -> dict[OperationKey, str]:
         with self._lock:
-            entry = self._entries.get(key.period, {}).get(key.customer_id)
-            return entry.recipient if entry is not None else None
+            found = {k: self._entries.get(k.period, {}).get(k.customer_id) for k in keys}
+            return {k: e.recipient for k, e in found.items() if e is not None}
 
     def _sorted_entries_locked(self, period: Period) -> list[SnapshotEntry]:
         return sorted(self._entries.get(period, {}).values(), key=lambda e: e.customer_id)
@@ -470,9 +471,9 @@ class FakeLedger(Ledger):
                 self._rows.setdefault(r.key, []).append(r)
             return len(new)
 
-    def digest_rows(self, key: OperationKey) -> list[DigestRow]:
+    def digest_rows_of(self, keys: Sequence[OperationKey]) -> dict[OperationKey, list[DigestRow]]:
         with self._lock:
-            return sorted(self._rows.get(key, []), key=lambda r: r.position)
+            return {k: sorted(self._rows.get(k, []), key=lambda r: r.position) for k in keys}
 
     # -- work items ------------------------------------------------------------------------
     def enqueue(self, period: Period, now: datetime) -> EnqueueReceipt:
@@ -526,56 +527,83 @@ class FakeLedger(Ledger):
                 claims.append(Claim(claimed, token, owner, expires_at))
             return claims
 
-    def start_attempt(self, claim: Claim, now: datetime) -> AttemptTicket:
+    def start_attempts(
+        self, claims: Sequence[Claim], now: datetime
+    ) -> list[AttemptTicket | DigestError]:
+        started: list[AttemptTicket | DigestError] = []
         with self._lock:
-            item = self._require_locked(claim.key)
-            if not (
-                item.state is DeliveryState.CLAIMED
-                and item.lease_token == claim.token
-                and item.lease_expires_at is not None
-                and item.lease_expires_at > now
-            ):
-                raise LostRace(f"{item.key}: lease lost before the attempt started")
-            number = item.attempts + 1
-            self._attempt_seq += 1
-            attempt = Attempt(
-                attempt_id=self._attempt_seq,
-                key=item.key,
-                number=number,
-                token=claim.token,
-                worker=claim.owner,
-                started_at=now,
-                finished_at=None,
-                outcome=None,
-                detail=None,
-                provider_message_id=None,
-                duplicate=False,
-            )
-            self._attempts[attempt.attempt_id] = attempt
-            self._items[item.key] = replace(
-                item,
-                attempts=number,
-                budget_used=item.budget_used + 1,
-                first_attempt_at=item.first_attempt_at or now,
-                window_started_at=item.window_started_at or now,
-                last_attempt_at=now,
-            )
-            return AttemptTicket(attempt.attempt_id, item.key, number, claim.token, now)
+            for claim in claims:
+                try:
+                    started.append(self._start_locked(claim, now))
+                except DigestError as e:
+                    started.append(e)
+        return started
 
-    def complete(self, ticket: AttemptTicket, outcome: SendOutcome, transition: Transition) -> None:
-        check_transition(transition.expected, transition.target)
+    def _start_locked(self, claim: Claim, now: datetime) -> AttemptTicket:
+        item = self._require_locked(claim.key)
+        if not (
+            item.state is DeliveryState.CLAIMED
+            and item.lease_token == claim.token
+            and item.lease_expires_at is not None
+            and item.lease_expires_at > now
+        ):
+            raise LostRace(f"{item.key}: lease lost before the attempt started")
+        number = item.attempts + 1
+        self._attempt_seq += 1
+        attempt = Attempt(
+            attempt_id=self._attempt_seq,
+            key=item.key,
+            number=number,
+            token=claim.token,
+            worker=claim.owner,
+            started_at=now,
+            finished_at=None,
+            outcome=None,
+            detail=None,
+            provider_message_id=None,
+            duplicate=False,
+        )
+        self._attempts[attempt.attempt_id] = attempt
+        self._items[item.key] = replace(
+            item,
+            attempts=number,
+            budget_used=item.budget_used + 1,
+            first_attempt_at=item.first_attempt_at or now,
+            window_started_at=item.window_started_at or now,
+            last_attempt_at=now,
+        )
+        return AttemptTicket(attempt.attempt_id, item.key, number, claim.token, now)
+
+    def complete_many(
+        self, results: Sequence[tuple[AttemptTicket, SendOutcome, Transition]]
+    ) -> list[DigestError | None]:
+        for _, _, transition in results:
+            check_transition(transition.expected, transition.target)
+        errors: list[DigestError | None] = []
         with self._lock:
-            attempt = self._attempts.get(ticket.attempt_id)
-            if attempt is not None and attempt.finished_at is None:
-                self._attempts[attempt.attempt_id] = replace(
-                    attempt,
-                    finished_at=transition.at,
-                    outcome=outcome.label,
-                    detail=outcome.detail,
-                    provider_message_id=outcome.provider_message_id,
-                    duplicate=outcome.duplicate,
-                )
-            self._apply_locked(transition)
+            for ticket, outcome, transition in results:
+                try:
+                    self._complete_locked(ticket, outcome, transition)
+                except DigestError as e:
+                    errors.append(e)
+                else:
+                    errors.append(None)
+        return errors
+
+    def _complete_locked(
+        self, ticket: AttemptTicket, outcome: SendOutcome, transition: Transition
+    ) -> None:
+        attempt = self._attempts.get(ticket.attempt_id)
+        if attempt is not None and attempt.finished_at is None:
+            self._attempts[attempt.attempt_id] = replace(
+                attempt,
+                finished_at=transition.at,
+                outcome=outcome.label,
+                detail=outcome.detail,
+                provider_message_id=outcome.provider_message_id,
+                duplicate=outcome.duplicate,
+            )
+        self._apply_locked(transition)
 
     def apply(self, transition: Transition) -> None:
         check_transition(transition.expected, transition.target)
@@ -700,23 +728,34 @@ class FakeLedger(Ledger):
             return sorted({i.key.period for i in self._items.values() if i.state not in TERMINAL})
 
     # -- cleanup ---------------------------------------------------------------------------
-    def clean(
+    def clean_many(
+        self, items: Sequence[tuple[OperationKey, int]], mode: CleanupMode, now: datetime
+    ) -> list[CleanupReceipt | DigestError]:
+        receipts: list[CleanupReceipt | DigestError] = []
+        with self._lock:
+            for key, token in items:
+                try:
+                    receipts.append(self._clean_locked(key, token, mode, now))
+                except DigestError as e:
+                    receipts.append(e)
+        return receipts
+
+    def _clean_locked(
         self, key: OperationKey, token: int, mode: CleanupMode, now: datetime
     ) -> CleanupReceipt:
-        with self._lock:
-            item = self._require_locked(key)
-            if any(c.key == key for c in self._cleanups):
-                return CleanupReceipt(key, "already_cleaned", 0)
-            if item.state is not DeliveryState.SENT or item.lease_token != token:
-                raise LostRace(
-                    f"{key}: expected sent with token {token}; cleanup refused, nothing changed"
-                )
-            rows = self._rows.pop(key, [])
-            if mode is CleanupMode.ARCHIVE:
-                self._archived.extend(ArchivedRow(r, now) for r in rows)
-            self._cleanups.append(CleanupRecord(key, key.period, mode, len(rows), now, now))
-            self._items[key] = replace(item, state=DeliveryState.CLEANED, cleaned_at=now)
-            return CleanupReceipt(key, "cleaned", len(rows))
+        item = self._require_locked(key)
+        if any(c.key == key for c in self._cleanups):
+            return CleanupReceipt(key, "already_cleaned", 0)
+        if item.state is not DeliveryState.SENT or item.lease_token != token:
+            raise LostRace(
+                f"{key}: expected sent with token {token}; cleanup refused, nothing changed"
+            )
+        rows = self._rows.pop(key, [])
+        if mode is CleanupMode.ARCHIVE:
+            self._archived.extend(ArchivedRow(r, now) for r in rows)
+        self._cleanups.append(CleanupRecord(key, key.period, mode, len(rows), now, now))
+        self._items[key] = replace(item, state=DeliveryState.CLEANED, cleaned_at=now)
+        return CleanupReceipt(key, "cleaned", len(rows))
 
     # -- dead letters, audit ---------------------------------------------------------------
     def dead_letters(self, period: Period) -> list[DeadLetterRecord]:

@@ -9,7 +9,7 @@ from digest_pipeline.adapters.sql.schema import attempts
 from digest_pipeline.domain.failures import FailureClass, SendOutcome
 from digest_pipeline.domain.model import CleanupMode, Transition
 from digest_pipeline.domain.states import DeliveryState
-from digest_pipeline_tests.builders import seed_period
+from digest_pipeline_tests.builders import clean_one, complete_one, seed_period, start_one
 from digest_pipeline_tests.conftest import T0, W42
 
 LEASE = timedelta(minutes=2)
@@ -22,12 +22,12 @@ def test_the_measurements_count_attempts_unknowns_cleanups_and_workers(sql_ledge
 
     def attempt(key, outcome: SendOutcome, target: DeliveryState, at=T0, **fields) -> None:
         claim = claims[key]
-        ticket = ledger.start_attempt(claim, at)
+        ticket = start_one(ledger, claim, at)
         t = Transition(key, DeliveryState.CLAIMED, claim.token, target, at, **fields)
-        ledger.complete(ticket, outcome, t)
+        complete_one(ledger, ticket, outcome, t)
 
     attempt(sent, SendOutcome.sent("pm-1"), DeliveryState.SENT)
-    ledger.start_attempt(claims[stranded], T0)  # its worker dies mid-send
+    start_one(ledger, claims[stranded], T0)  # its worker dies mid-send
     transient = SendOutcome.failed(FailureClass.TRANSIENT, "smtp:451")
     attempt(retried, transient, DeliveryState.RETRY_SCHEDULED, next_attempt_at=T0, detail="451")
     [again] = ledger.claim_due(T0, "run2:b0", LEASE, 1, W42)
@@ -59,5 +59,5 @@ def test_the_measurements_count_attempts_unknowns_cleanups_and_workers(sql_ledge
     assert ledger.keys_ever_unknown(W42) == 1
 
     assert ledger.cleanup_rows_per_key(W42) == {}
-    ledger.clean(sent, claims[sent].token, CleanupMode.DELETE, T0 + timedelta(minutes=5))
+    clean_one(ledger, sent, claims[sent].token, CleanupMode.DELETE, T0 + timedelta(minutes=5))
     assert ledger.cleanup_rows_per_key(W42) == {str(sent): 1}

@@ -15,6 +15,7 @@ from digest_pipeline.domain.model import SnapshotEntry, Transition
 from digest_pipeline.domain.periods import OperationKey
 from digest_pipeline.domain.states import DeliveryState
 from digest_pipeline.ports import Ledger
+from digest_pipeline_tests.builders import complete_one, start_one
 from digest_pipeline_tests.conftest import T0, W42
 from digest_pipeline_tests.fakes import FakeLedger
 
@@ -49,8 +50,9 @@ def one_key(ledger: Ledger) -> OperationKey:
 
 def send_at(ledger: Ledger, key: OperationKey, at: datetime) -> None:
     [claim] = ledger.claim_due(at, "w1", LEASE, 1)
-    ticket = ledger.start_attempt(claim, at)
-    ledger.complete(
+    ticket = start_one(ledger, claim, at)
+    complete_one(
+        ledger,
         ticket,
         SendOutcome.sent("pm-1"),
         Transition(key, DeliveryState.CLAIMED, claim.token, DeliveryState.SENT, at),

@@ -22,6 +22,7 @@ from digest_pipeline.domain.model import (
     WriteDeadLetter,
 )
 from digest_pipeline.domain.states import DeliveryState
+from digest_pipeline_tests.builders import clean_one, recipient_of, rows_of
 from digest_pipeline_tests.conftest import T0, W42
 from digest_pipeline_tests.contract.test_ledger_contract import LEASE, W43, frozen, key
 
@@ -167,7 +168,7 @@ def sent_items(ledger, n: int):
 @pytest.mark.parametrize("mode", list(CleanupMode))
 def test_clean_many_cleans_sent_items_once_and_refuses_the_rest_without_change(ledger, mode):
     (a, b, c), claims = sent_items(ledger, 3)
-    ledger.clean(a, claims[a].token, mode, T0)  # a was cleaned by an earlier run
+    clean_one(ledger, a, claims[a].token, mode, T0)  # a was cleaned by an earlier run
     d = frozen(ledger, 1, W43)[0]  # d is pending: not sent
 
     out = ledger.clean_many(
@@ -187,8 +188,8 @@ def test_clean_many_cleans_sent_items_once_and_refuses_the_rest_without_change(l
     assert [type(x) for x in out[2:]] == [LostRace, LostRace, UnknownWorkItem]
     states = {i.key: i.state for i in ledger.items(W42)}
     assert states == {a: DeliveryState.CLEANED, b: DeliveryState.CLEANED, c: DeliveryState.SENT}
-    assert ledger.digest_rows(b) == []
-    assert len(ledger.digest_rows(c)) == 3  # refused: its rows stay
+    assert rows_of(ledger, b) == []
+    assert len(rows_of(ledger, c)) == 3  # refused: its rows stay
     assert {i.key: i.state for i in ledger.items(W43)} == {d: DeliveryState.PENDING}
     assert ledger.keys_with_rows(W42) == {c}
     assert all(r.passed for r in ledger.check_invariants(W42, T0 + timedelta(minutes=1)))
@@ -199,11 +200,11 @@ def test_recipients_and_rows_of_many_keys(ledger):
     missing = key("customer-404")
 
     assert ledger.recipients([a, b, missing]) == {
-        a: ledger.recipient(a),
-        b: ledger.recipient(b),
+        a: recipient_of(ledger, a),
+        b: recipient_of(ledger, b),
     }
     rows = ledger.digest_rows_of([c, a, missing])
-    assert rows == {c: ledger.digest_rows(c), a: ledger.digest_rows(a), missing: []}
+    assert rows == {c: rows_of(ledger, c), a: rows_of(ledger, a), missing: []}
     assert [r.position for r in rows[c]] == [0, 1, 2]
     assert ledger.keys_with_rows_of([c, a, missing]) == {c, a}
 

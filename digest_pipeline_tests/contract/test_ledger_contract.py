@@ -32,6 +32,7 @@ from digest_pipeline.domain.model import (
 from digest_pipeline.domain.periods import OperationKey, Period
 from digest_pipeline.domain.states import DeliveryState
 from digest_pipeline.ports import Ledger
+from digest_pipeline_tests.builders import clean_one, complete_one, recipient_of, rows_of, start_one
 from digest_pipeline_tests.conftest import T0, W42
 
 LEASE = timedelta(minutes=2)
@@ -58,8 +59,9 @@ def claim_one(ledger: Ledger, k: OperationKey, now=T0, owner="w1") -> Claim:
 def send(
     ledger, claim: Claim, outcome: SendOutcome, target: DeliveryState, now=T0, **fields
 ) -> None:
-    ticket = ledger.start_attempt(claim, now)
-    ledger.complete(
+    ticket = start_one(ledger, claim, now)
+    complete_one(
+        ledger,
         ticket,
         outcome,
         Transition(claim.key, DeliveryState.CLAIMED, claim.token, target, now, **fields),
@@ -106,8 +108,8 @@ class TestSnapshot:
 
     def test_recipient_is_the_address_frozen_for_that_period(self, ledger):
         frozen(ledger)
-        assert ledger.recipient(key("customer-1")) == "c1@example.test"
-        assert ledger.recipient(key("customer-1", W43)) is None
+        assert recipient_of(ledger, key("customer-1")) == "c1@example.test"
+        assert recipient_of(ledger, key("customer-1", W43)) is None
 
     def test_datetimes_come_back_aware_utc(self, ledger):
         frozen(ledger)
@@ -176,7 +178,7 @@ class TestAttempts:
     def test_an_attempt_is_recorded_open_before_the_send(self, ledger):
         k = frozen(ledger, 1)[0]
         c = claim_one(ledger, k)
-        ticket = ledger.start_attempt(c, T0)
+        ticket = start_one(ledger, c, T0)
         [a] = ledger.attempts(k)
         assert (a.number, a.token, a.finished_at, a.outcome) == (1, c.token, None, None)
         assert ticket.attempt_id == a.attempt_id
@@ -190,14 +192,14 @@ class TestAttempts:
         ledger.recover_expired_leases(T0 + LEASE)  # no attempt open: back to due
         claim_one(ledger, k, now=T0 + LEASE, owner="w2")
         with pytest.raises(LostRace):
-            ledger.start_attempt(c, T0 + LEASE)
+            start_one(ledger, c, T0 + LEASE)
         assert ledger.attempts(k) == []
 
     def test_an_expired_lease_cannot_start_an_attempt(self, ledger):
         k = frozen(ledger, 1)[0]
         c = claim_one(ledger, k)
         with pytest.raises(LostRace):
-            ledger.start_attempt(c, T0 + LEASE)
+            start_one(ledger, c, T0 + LEASE)
 
     def test_unknown_keys_are_reported_as_such(self, ledger):
         frozen(ledger, 1)
@@ -224,22 +226,23 @@ class TestAttempts:
     def test_an_illegal_move_raises_and_changes_nothing(self, ledger):
         k = frozen(ledger, 1)[0]
         c = claim_one(ledger, k)
-        ticket = ledger.start_attempt(c, T0)
+        ticket = start_one(ledger, c, T0)
         before = snapshot_of(ledger)
         bad = Transition(k, DeliveryState.CLAIMED, c.token, DeliveryState.CLEANED, T0)
         with pytest.raises(InvalidTransition):
-            ledger.complete(ticket, SendOutcome.sent("pm"), bad)
+            complete_one(ledger, ticket, SendOutcome.sent("pm"), bad)
         assert snapshot_of(ledger) == before
 
     def test_a_lost_race_still_closes_the_attempt_as_evidence(self, ledger):
         k = frozen(ledger, 1)[0]
         c = claim_one(ledger, k)
-        ticket = ledger.start_attempt(c, T0)
+        ticket = start_one(ledger, c, T0)
         recovery = ledger.recover_expired_leases(T0 + LEASE)
         assert recovery.unknown == (k,)
         late = T0 + LEASE + timedelta(seconds=5)
         with pytest.raises(LostRace):
-            ledger.complete(
+            complete_one(
+                ledger,
                 ticket,
                 SendOutcome.sent("pm-late"),
                 Transition(
@@ -373,7 +376,7 @@ class TestLeaseRecovery:
     def test_expired_claims_split_by_whether_an_attempt_was_open(self, ledger):
         a, b, c = frozen(ledger, 3)
         claims = {cl.key: cl for cl in ledger.claim_due(T0, "w1", LEASE, 10)}
-        ledger.start_attempt(claims[a], T0)
+        start_one(ledger, claims[a], T0)
         assert ledger.recover_expired_leases(T0 + LEASE - timedelta(seconds=1)).unknown == ()
         recovery = ledger.recover_expired_leases(T0 + LEASE)
         assert recovery.unknown == (a,)
@@ -393,12 +396,12 @@ class TestCleanup:
         )
         claims = {cl.key: cl for cl in ledger.claim_due(T0, "w1", LEASE, 10)}
         send(ledger, claims[a], SendOutcome.sent("pm"), DeliveryState.SENT)
-        first = ledger.clean(a, claims[a].token, mode, T0)
-        again = ledger.clean(a, claims[a].token, mode, T0)
+        first = clean_one(ledger, a, claims[a].token, mode, T0)
+        again = clean_one(ledger, a, claims[a].token, mode, T0)
         assert (first.status, first.rows) == ("cleaned", 3)
         assert (again.status, again.rows) == ("already_cleaned", 0)
-        assert ledger.digest_rows(a) == []
-        assert len(ledger.digest_rows(b)) == 1
+        assert rows_of(ledger, a) == []
+        assert len(rows_of(ledger, b)) == 1
         assert ledger.get(a).state is DeliveryState.CLEANED
 
     def test_cleanup_of_an_unsent_item_is_refused_and_keeps_its_rows(self, ledger):
@@ -407,12 +410,12 @@ class TestCleanup:
         c = claim_one(ledger, a)
         time_out(ledger, c)
         with pytest.raises(LostRace):
-            ledger.clean(a, c.token, CleanupMode.DELETE, T0)
-        assert len(ledger.digest_rows(a)) == 1
+            clean_one(ledger, a, c.token, CleanupMode.DELETE, T0)
+        assert len(rows_of(ledger, a)) == 1
         assert ledger.get(a).state is DeliveryState.UNKNOWN
         # the refused cleanup left no claim behind: once sent, it cleans normally
         ledger.apply(Transition(a, DeliveryState.UNKNOWN, c.token, DeliveryState.SENT, T0))
-        assert ledger.clean(a, c.token, CleanupMode.DELETE, T0).status == "cleaned"
+        assert clean_one(ledger, a, c.token, CleanupMode.DELETE, T0).status == "cleaned"
 
 
 class TestReads:
@@ -431,7 +434,7 @@ class TestReads:
         assert ledger.keys_with_rows(W42) == {a, b}
         c = claim_one(ledger, a)
         send(ledger, c, SendOutcome.sent("pm"), DeliveryState.SENT)
-        ledger.clean(a, c.token, CleanupMode.ARCHIVE, T0)
+        clean_one(ledger, a, c.token, CleanupMode.ARCHIVE, T0)
         assert ledger.keys_with_rows(W42) == {b}
         assert ledger.keys_with_rows(W43) == set()
 
@@ -441,7 +444,7 @@ class TestReads:
         c = claim_one(ledger, a)
         send(ledger, c, SendOutcome.sent("pm"), DeliveryState.SENT)
         assert ledger.open_periods() == [W42, W43]
-        ledger.clean(a, c.token, CleanupMode.DELETE, T0)
+        clean_one(ledger, a, c.token, CleanupMode.DELETE, T0)
         assert ledger.open_periods() == [W43]
 
     def test_items_can_be_filtered_by_state(self, ledger):
@@ -457,7 +460,7 @@ class TestInvariants:
         a, b, c = frozen(ledger, 3)
         claims = {cl.key: cl for cl in ledger.claim_due(T0, "w1", LEASE, 10)}
         send(ledger, claims[a], SendOutcome.sent("pm"), DeliveryState.SENT)
-        ledger.clean(a, claims[a].token, CleanupMode.ARCHIVE, T0)
+        clean_one(ledger, a, claims[a].token, CleanupMode.ARCHIVE, T0)
         time_out(ledger, claims[b])
         send(
             ledger,
@@ -513,11 +516,12 @@ class TestInvariants:
     def test_a_second_confirmed_send_of_one_key_is_detected(self, ledger):
         a = frozen(ledger, 1)[0]
         c = claim_one(ledger, a)
-        ticket = ledger.start_attempt(c, T0)
+        ticket = start_one(ledger, c, T0)
         ledger.recover_expired_leases(T0 + LEASE)  # the send outlived its lease: unknown
         late = T0 + LEASE + timedelta(seconds=1)
         with pytest.raises(LostRace):  # ...and then arrived; the attempt records it
-            ledger.complete(
+            complete_one(
+                ledger,
                 ticket,
                 SendOutcome.sent("pm-1"),
                 Transition(a, DeliveryState.CLAIMED, c.token, DeliveryState.SENT, late),

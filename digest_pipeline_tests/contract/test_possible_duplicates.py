@@ -27,6 +27,7 @@ from digest_pipeline_tests.builders import (
     key_of,
     make_deliverer,
     seed_period,
+    start_one,
     state_of,
 )
 from digest_pipeline_tests.conftest import T0, W42
@@ -155,7 +156,7 @@ def test_an_abandoned_attempt_counts_as_a_possible_send(ledger, clock):
     seed_period(ledger, 1, now=clock.now())
     mailer = FakeMailer(idempotent=False, can_lookup=False, clock=clock)
     [claim] = ledger.claim_due(clock.now(), "w-dead", POLICY.lease, 1)
-    ledger.start_attempt(claim, clock.now())
+    start_one(ledger, claim, clock.now())
     clock.advance(POLICY.lease)
     ledger.recover_expired_leases(clock.now())
     clock.advance(POLICY.unknown_retention)

@@ -11,7 +11,14 @@ from digest_pipeline.domain.model import Claim, CleanupMode, DigestRow, WriteDea
 from digest_pipeline.domain.periods import OperationKey
 from digest_pipeline.domain.states import DeliveryState
 from digest_pipeline.ports import Ledger
-from digest_pipeline_tests.builders import ROWS_PER_CUSTOMER, digest_rows_for, key_of, seed_period
+from digest_pipeline_tests.builders import (
+    ROWS_PER_CUSTOMER,
+    clean_one,
+    digest_rows_for,
+    key_of,
+    rows_of,
+    seed_period,
+)
 from digest_pipeline_tests.conftest import T0
 from digest_pipeline_tests.contract.test_ledger_contract import LEASE, claim_one, send, time_out
 
@@ -28,7 +35,7 @@ def all_claimed(ledger: Ledger) -> dict[OperationKey, Claim]:
 
 
 def titles(ledger: Ledger, key: OperationKey) -> list[object]:
-    return [r.payload["title"] for r in ledger.digest_rows(key)]
+    return [r.payload["title"] for r in rows_of(ledger, key)]
 
 
 def test_rows_of_a_pending_item_are_replaced_and_its_state_stays(ledger):
@@ -40,7 +47,7 @@ def test_rows_of_a_pending_item_are_replaced_and_its_state_stays(ledger):
     assert result.replaced == {k}
     assert (result.refused, result.removed, result.written) == ({}, ROWS_PER_CUSTOMER, 3)
     assert titles(ledger, k) == ["Teapot", "Kettle", "Mug"]
-    assert [r.position for r in ledger.digest_rows(k)] == [0, 1, 2]
+    assert [r.position for r in rows_of(ledger, k)] == [0, 1, 2]
     assert ledger.get(k) == before
 
 
@@ -97,10 +104,10 @@ def test_claimed_sent_cleaned_and_unknown_items_keep_their_rows(ledger):
     claims = all_claimed(ledger)
     send(ledger, claims[sent], SendOutcome.sent("p-1"), DeliveryState.SENT)
     send(ledger, claims[cleaned], SendOutcome.sent("p-2"), DeliveryState.SENT)
-    ledger.clean(cleaned, claims[cleaned].token, CleanupMode.DELETE, T0)
+    clean_one(ledger, cleaned, claims[cleaned].token, CleanupMode.DELETE, T0)
     time_out(ledger, claims[unknown])
     keys = [claimed, sent, cleaned, unknown]
-    before = {k: ledger.digest_rows(k) for k in keys}
+    before = {k: rows_of(ledger, k) for k in keys}
     states = {k: ledger.get(k).state for k in keys}
 
     result = ledger.replace_digest_rows(keys, [r for k in keys for r in fresh(k, "Teapot")])
@@ -113,7 +120,7 @@ def test_claimed_sent_cleaned_and_unknown_items_keep_their_rows(ledger):
         unknown: DeliveryState.UNKNOWN,
     }
     assert (result.removed, result.written) == (0, 0)
-    assert {k: ledger.digest_rows(k) for k in keys} == before
+    assert {k: rows_of(ledger, k) for k in keys} == before
     assert {k: ledger.get(k).state for k in keys} == states
     assert claims[claimed].token == ledger.get(claimed).lease_token
 
@@ -151,18 +158,18 @@ def test_a_key_may_get_no_new_rows(ledger):
     result = ledger.replace_digest_rows([k], [])
 
     assert (result.replaced, result.removed, result.written) == ({k}, ROWS_PER_CUSTOMER, 0)
-    assert ledger.digest_rows(k) == []
+    assert rows_of(ledger, k) == []
     assert k not in ledger.keys_with_rows_of([k])
 
 
 def test_rows_of_a_key_not_named_are_refused_and_nothing_changes(ledger):
     first, second = seed_period(ledger, 2)
-    before = [ledger.digest_rows(first), ledger.digest_rows(second)]
+    before = [rows_of(ledger, first), rows_of(ledger, second)]
 
     with pytest.raises(ValueError, match="not being replaced"):
         ledger.replace_digest_rows([first], [*fresh(first, "Teapot"), *fresh(second, "Mug")])
 
-    assert [ledger.digest_rows(first), ledger.digest_rows(second)] == before
+    assert [rows_of(ledger, first), rows_of(ledger, second)] == before
 
 
 def test_no_keys_is_a_no_op(ledger):

@@ -11,7 +11,7 @@ from digest_pipeline.domain.periods import Period
 from digest_pipeline.domain.policy import DeliveryPolicy
 from digest_pipeline.domain.states import DeliveryState
 from digest_pipeline.services.late import grant_late_delivery
-from digest_pipeline_tests.builders import key_of, seed_period
+from digest_pipeline_tests.builders import complete_one, key_of, seed_period, start_one
 from digest_pipeline_tests.conftest import T0, W42
 from digest_pipeline_tests.dagster.harness import (
     BEFORE_DELIVERY,
@@ -95,8 +95,9 @@ def test_unknown_items_and_expired_claims_are_swept(world_of):
     world.materialize(selection=BEFORE_DELIVERY)
     ledger, lease = world.ledger, DeliveryPolicy().lease
     [c1, _] = ledger.claim_due(T0, "crashed-worker", lease, 2, W42)
-    ticket = ledger.start_attempt(c1, T0)
-    ledger.complete(
+    ticket = start_one(ledger, c1, T0)
+    complete_one(
+        ledger,
         ticket,
         SendOutcome.failed(FailureClass.UNKNOWN, "timeout_after_send"),
         Transition(

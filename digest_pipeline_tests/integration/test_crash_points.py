@@ -28,7 +28,7 @@ from digest_pipeline.services.deliver import Deliverer, deliver_due
 from digest_pipeline.services.pipeline import sweep
 from digest_pipeline.services.resolve import resolve_unknown
 from digest_pipeline.settings import ProviderSettings
-from digest_pipeline_tests.builders import make_deliverer, seed_period
+from digest_pipeline_tests.builders import make_deliverer, rows_of, seed_period
 from digest_pipeline_tests.conftest import W42
 from digest_pipeline_tests.fakes import FakeMailer, FaultInjectingMailer, FixedClock, WorkerCrash
 
@@ -193,7 +193,7 @@ def test_timeout_with_no_way_to_reconcile_stays_unknown_and_keeps_its_rows(sql_l
     deliver_due(worker(sql_ledger, mailer, clock), batch_size=2, concurrency=1)
     settle(sql_ledger, mailer, clock)
     assert sql_ledger.get(keys[0]).state is DeliveryState.UNKNOWN
-    assert len(sql_ledger.digest_rows(keys[0])) == 2
+    assert len(rows_of(sql_ledger, keys[0])) == 2
     assert sql_ledger.get(keys[1]).state is DeliveryState.CLEANED
     assert all(r.passed for r in sql_ledger.check_invariants(W42, clock.now()))
     # retention runs out: dead-lettered for the operator, the rows still kept
@@ -201,7 +201,7 @@ def test_timeout_with_no_way_to_reconcile_stays_unknown_and_keeps_its_rows(sql_l
     settle(sql_ledger, mailer, clock)
     assert sql_ledger.get(keys[0]).state is DeliveryState.DEAD_LETTERED
     assert sql_ledger.dead_letters(W42)[0].reason == "unknown_unresolved"
-    assert len(sql_ledger.digest_rows(keys[0])) == 2
+    assert len(rows_of(sql_ledger, keys[0])) == 2
     assert mailer.deliveries_for(keys[0]) == 1
     assert all(r.passed for r in sql_ledger.check_invariants(W42, clock.now()))
 

@@ -26,7 +26,7 @@ from digest_pipeline.domain.states import DeliveryState
 from digest_pipeline.services.content import generate_content
 from digest_pipeline.services.enqueue import enqueue_period
 from digest_pipeline.services.snapshot import take_snapshot
-from digest_pipeline_tests.builders import deliver_all, failed_invariants, make_deliverer
+from digest_pipeline_tests.builders import deliver_all, failed_invariants, make_deliverer, rows_of
 from digest_pipeline_tests.conftest import T0, W42
 from digest_pipeline_tests.fakes import FakeCustomerSource, FakeMailer
 
@@ -245,7 +245,7 @@ def test_no_customer_is_offered_a_product_they_bought_in_the_look_back(sql_ledge
     keys = sql_ledger.keys_with_rows(W42)
     assert len(keys) == len(sql_ledger.snapshot_entries(W42))
     for key in keys:
-        picks = [str(r.payload["product_id"]) for r in sql_ledger.digest_rows(key)]
+        picks = [str(r.payload["product_id"]) for r in rows_of(sql_ledger, key)]
         assert len(set(picks)) == len(picks) == 4
         assert not set(picks) & bought.get(key.customer_id, set())
 

@@ -27,6 +27,7 @@ from digest_pipeline_tests.builders import (
     key_of,
     make_customer,
     make_deliverer,
+    rows_of,
     state_of,
 )
 from digest_pipeline_tests.conftest import W42
@@ -95,7 +96,7 @@ def test_a_week_with_one_bad_product_delivers_every_customer(clock):
     assert report.without_picks == 0
     assert {k: state_of(ledger, k) for k in keys()} == dict.fromkeys(keys(), DeliveryState.SENT)
     assert mailer.sends == CUSTOMERS
-    picked = {r.payload["product_id"] for k in keys() for r in ledger.digest_rows(k)}
+    picked = {r.payload["product_id"] for k in keys() for r in rows_of(ledger, k)}
     assert BAD_ID not in picked
     assert len(picked) == 4
 
@@ -118,7 +119,7 @@ def test_the_render_error_names_the_product_and_the_field(clock):
     assert (item.state, item.last_failure_class) == (DeliveryState.FAILED, FailureClass.PERMANENT)
 
     with pytest.raises(RenderError) as refused:
-        composer(clock).compose(item, "ada@example.com", ledger.digest_rows(item.key))
+        composer(clock).compose(item, "ada@example.com", rows_of(ledger, item.key))
 
     assert str(refused.value) == (
         f"{item.key}: digest row 1 (product {BAD_ID}) has an invalid image_url"
@@ -165,7 +166,7 @@ def test_fix_the_product_then_regenerate_then_replay_delivers_the_failed_custome
 
 def test_a_dry_run_counts_and_changes_nothing(clock):
     ledger, _ = frozen_with_the_bad_product(clock)
-    before = {k: ledger.digest_rows(k) for k in keys()}
+    before = {k: rows_of(ledger, k) for k in keys()}
 
     report = regenerate_period(
         shop(broken=False), ledger, clock, W42, operator="ada", reason="check", dry_run=True
@@ -173,7 +174,7 @@ def test_a_dry_run_counts_and_changes_nothing(clock):
 
     assert (report.dry_run, report.regenerated, report.to_replay) == (True, CUSTOMERS, CUSTOMERS)
     assert report.rows == 4 * CUSTOMERS  # four picks each, from the four good products
-    assert {k: ledger.digest_rows(k) for k in keys()} == before
+    assert {k: rows_of(ledger, k) for k in keys()} == before
     assert ledger.audit_log(W42) == []
 
 
@@ -195,14 +196,14 @@ def test_sent_items_are_never_considered(clock):
     generate_content(source, ledger, W42)
     enqueue_period(ledger, clock, W42)
     deliver(ledger, mailer, clock)
-    before = {k: ledger.digest_rows(k) for k in keys()}
+    before = {k: rows_of(ledger, k) for k in keys()}
 
     report = regenerate_period(
         shop(broken=False), ledger, clock, W42, operator="ada", reason="x", dry_run=False
     )
 
     assert (report.considered, report.regenerated) == ({}, 0)
-    assert {k: ledger.digest_rows(k) for k in keys()} == before
+    assert {k: rows_of(ledger, k) for k in keys()} == before
     assert ledger.audit_log(W42) == []
 
 

@@ -17,7 +17,13 @@ from digest_pipeline.domain.model import CleanupMode, Transition
 from digest_pipeline.domain.states import DeliveryState
 from digest_pipeline.services.deliver import DeliveryReport, deliver_due
 from digest_pipeline.services.pipeline import sweep
-from digest_pipeline_tests.builders import frozen_ledger, key_of, make_deliverer
+from digest_pipeline_tests.builders import (
+    complete_one,
+    frozen_ledger,
+    key_of,
+    make_deliverer,
+    start_one,
+)
 from digest_pipeline_tests.conftest import W42
 from digest_pipeline_tests.fakes import FakeLedger, FakeMailer, SystemicFailureMailer
 
@@ -155,8 +161,9 @@ def test_no_threshold_means_no_breaker(clock):
 def test_a_sweep_stops_delivering_says_why_and_still_cleans(clock):
     ledger, mailer = revoked(clock)
     [sent] = ledger.claim_due(clock.now(), "w-before", timedelta(minutes=2), limit=1)
-    ticket = ledger.start_attempt(sent, clock.now())
-    ledger.complete(
+    ticket = start_one(ledger, sent, clock.now())
+    complete_one(
+        ledger,
         ticket,
         SendOutcome.sent("pm-1"),
         Transition(sent.key, DeliveryState.CLAIMED, sent.token, DeliveryState.SENT, clock.now()),

@@ -32,6 +32,7 @@ from digest_pipeline_tests.builders import (
     frozen_ledger,
     key_of,
     make_deliverer,
+    start_one,
     state_of,
 )
 from digest_pipeline_tests.conftest import T0, W42
@@ -702,7 +703,7 @@ def test_claim_released_after_a_lost_start_is_never_requeued_with_an_attempt_in_
     ledger, mailer = frozen_ledger(1), FakeMailer(clock=clock)
     policy = DeliveryPolicy()
     [claim] = ledger.claim_due(clock.now(), "w1", policy.lease, limit=1)
-    ledger.start_attempt(claim, clock.now())  # a send under this very token is in flight
+    start_one(ledger, claim, clock.now())  # a send under this very token is in flight
     clock.advance(policy.lease)  # the lease runs out before the sweeper has run
 
     outcome = make_deliverer(ledger, mailer, clock, owner="w1").deliver_one(claim)

@@ -15,11 +15,14 @@ from digest_pipeline.domain.policy import DeliveryPolicy
 from digest_pipeline.domain.states import DeliveryState
 from digest_pipeline.services.reconcile import ACTOR, reconcile_period
 from digest_pipeline_tests.builders import (
+    complete_one,
     deliver_all,
     failed_invariants,
     frozen_ledger,
     key_of,
     make_deliverer,
+    rows_of,
+    start_one,
     state_of,
 )
 from digest_pipeline_tests.conftest import T0, W42
@@ -57,11 +60,12 @@ def unknown_with_a_late_result(
     its outcome: the attempt is closed with it, its transition lost the race."""
     ledger = frozen_ledger(1)
     [claim] = ledger.claim_due(clock.now(), "w-slow", POLICY.lease, limit=1)
-    ticket = ledger.start_attempt(claim, clock.now())
+    ticket = start_one(ledger, claim, clock.now())
     clock.advance(POLICY.lease)
     assert ledger.recover_expired_leases(clock.now()).unknown == (key_of(1),)
     with pytest.raises(LostRace):
-        ledger.complete(
+        complete_one(
+            ledger,
             ticket,
             outcome,
             Transition(key_of(1), DeliveryState.CLAIMED, claim.token, target, clock.now()),
@@ -217,7 +221,7 @@ def test_unknown_item_keeps_its_generated_rows_while_it_waits(clock):
 
     reconcile(ledger, mailer, clock)
 
-    assert len(ledger.digest_rows(key_of(1))) == 2
+    assert len(rows_of(ledger, key_of(1))) == 2
 
 
 @pytest.mark.parametrize(
@@ -245,7 +249,7 @@ def test_dead_lettered_unknown_has_reason_unknown_unresolved_and_keeps_its_rows(
     reconcile(ledger, mailer, clock)
 
     assert [d.reason for d in ledger.dead_letters(W42)] == ["unknown_unresolved"]
-    assert len(ledger.digest_rows(key_of(1))) == 2
+    assert len(rows_of(ledger, key_of(1))) == 2
     assert failed_invariants(ledger, W42, clock.now()) == []
 
 

@@ -20,11 +20,13 @@ from digest_pipeline.services.replay import (
 )
 from digest_pipeline.services.resolve import resolve_unknown
 from digest_pipeline_tests.builders import (
+    complete_one,
     deliver_all,
     failed_invariants,
     frozen_ledger,
     key_of,
     make_deliverer,
+    start_one,
     state_of,
 )
 from digest_pipeline_tests.conftest import W42
@@ -244,12 +246,13 @@ def dead_lettered_with_ledger_evidence(clock: FixedClock) -> FakeLedger:
     had resolved it as not sent; the window then closed before the retry."""
     ledger, policy = frozen_ledger(1), DeliveryPolicy()
     [claim] = ledger.claim_due(clock.now(), "w-slow", policy.lease, limit=1)
-    ticket = ledger.start_attempt(claim, clock.now())
+    ticket = start_one(ledger, claim, clock.now())
     clock.advance(policy.lease)
     ledger.recover_expired_leases(clock.now())
     resolve_unknown(ledger, clock, key_of(1), sent=False, reason="looked lost", operator="ana")
     with pytest.raises(LostRace):
-        ledger.complete(
+        complete_one(
+            ledger,
             ticket,
             SendOutcome.sent("msg-late"),
             Transition(

@@ -22,6 +22,8 @@ from digest_pipeline_tests.builders import (
     frozen_ledger,
     key_of,
     make_deliverer,
+    recipient_of,
+    rows_of,
     seed_period,
     state_of,
 )
@@ -131,7 +133,7 @@ def test_cleanup_refuses_a_tampered_period_and_cleans_nothing(clock):
     assert_refusal(refused.value)
     assert ledger.cleanups == []
     assert [state_of(ledger, key_of(n)) for n in (1, 2, 3)] == [DeliveryState.SENT] * 3
-    assert all(ledger.digest_rows(key_of(n)) for n in (1, 2, 3))
+    assert all(rows_of(ledger, key_of(n)) for n in (1, 2, 3))
 
 
 def test_a_sweep_reports_a_tampered_period_and_goes_on_with_the_others(clock):
@@ -156,7 +158,7 @@ def test_a_sweep_reports_a_tampered_period_and_goes_on_with_the_others(clock):
 
 def test_a_restored_snapshot_is_delivered_by_the_next_worker(clock):
     ledger, mailer = frozen_ledger(2), FakeMailer(clock=clock)
-    original = ledger.recipient(key_of(2))
+    original = recipient_of(ledger, key_of(2))
     assert original is not None
     ledger.tamper_snapshot(W42, "customer-0002", TAMPERED)
     with pytest.raises(SnapshotTampered):

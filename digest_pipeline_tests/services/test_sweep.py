@@ -17,6 +17,7 @@ from digest_pipeline_tests.builders import (
     frozen_ledger,
     key_of,
     make_deliverer,
+    rows_of,
     state_of,
 )
 from digest_pipeline_tests.conftest import W42
@@ -101,7 +102,7 @@ def test_crash_with_an_open_attempt_stays_unknown_without_evidence(clock):
     run_sweep(make_deliverer(ledger, mailer, clock, policy=POLICY))
 
     assert state_of(ledger, key_of(1)) is DeliveryState.UNKNOWN
-    assert len(ledger.digest_rows(key_of(1))) == 2
+    assert len(rows_of(ledger, key_of(1))) == 2
     assert mailer.sends == 1
     assert failed_invariants(ledger, W42, clock.now()) == []
 

@@ -32,14 +32,6 @@ from digest_pipeline.ports import Cleaner
 class SqlCleaner(SqlBase, Cleaner):
     """The `Cleaner` role of `SqlLedger`."""
 
-    def clean(
-        self, key: OperationKey, token: int, mode: CleanupMode, now: datetime
-    ) -> CleanupReceipt:
-        [receipt] = self.clean_many([(key, token)], mode, now)
-        if isinstance(receipt, DigestError):
-            raise receipt
-        return receipt
-
     def clean_many(
         self, items: Sequence[tuple[OperationKey, int]], mode: CleanupMode, now: datetime
     ) -> list[CleanupReceipt | DigestError]:

@@ -43,9 +43,6 @@ class SqlContent(SqlBase, ContentStore):
                 written += len(chunk)
         return written
 
-    def digest_rows(self, key: OperationKey) -> list[DigestRow]:
-        return self.digest_rows_of([key])[key]
-
     def digest_rows_of(self, keys: Sequence[OperationKey]) -> dict[OperationKey, list[DigestRow]]:
         found: dict[OperationKey, list[DigestRow]] = {k: [] for k in keys}
         by_name = {str(k): k for k in keys}

@@ -182,12 +182,6 @@ class SqlWorkQueue(SqlBase, WorkQueue):
         items = sorted((sql_rows.work_item(r) for r in rows), key=lambda i: str(i.key))
         return [Claim(i, i.lease_token, owner, expires) for i in items]
 
-    def start_attempt(self, claim: Claim, now: datetime) -> AttemptTicket:
-        [started] = self.start_attempts([claim], now)
-        if isinstance(started, DigestError):
-            raise started
-        return started
-
     def start_attempts(
         self, claims: Sequence[Claim], now: datetime
     ) -> list[AttemptTicket | DigestError]:
@@ -253,11 +247,6 @@ class SqlWorkQueue(SqlBase, WorkQueue):
             else missing[k]
             for c in claims
         ]
-
-    def complete(self, ticket: AttemptTicket, outcome: SendOutcome, transition: Transition) -> None:
-        [lost] = self.complete_many([(ticket, outcome, transition)])
-        if lost is not None:
-            raise lost
 
     def complete_many(
         self, results: Sequence[tuple[AttemptTicket, SendOutcome, Transition]]

@@ -102,9 +102,6 @@ class SqlSnapshots(SqlBase, SnapshotStore):
                 return
             after = entries[-1].customer_id
 
-    def recipient(self, key: OperationKey) -> str | None:
-        return self.recipients([key]).get(key)
-
     def recipients(self, keys: Sequence[OperationKey]) -> dict[OperationKey, str]:
         es = eligibility_snapshot
         by_customer: dict[tuple[str, str], OperationKey] = {

@@ -209,7 +209,7 @@ class Simulation:
                 # acknowledgement was lost, then the period's cleanup runs again.
                 if crash.key is None:
                     raise
-                self.ledger.clean(crash.key, crash.token, CLEANUP_MODE, self.clock.now())
+                self.ledger.clean_many([(crash.key, crash.token)], CLEANUP_MODE, self.clock.now())
                 continue
             return
 

@@ -10,10 +10,10 @@ is counted as it passes through, since a crashed worker's own report of it dies 
 """
 
 from collections import Counter
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Sequence
 from datetime import datetime, timedelta
 
-from digest_pipeline.domain.errors import LostRace
+from digest_pipeline.domain.errors import DigestError, LostRace
 from digest_pipeline.domain.failures import FailureClass, SendOutcome
 from digest_pipeline.domain.model import (
     Attempt,
@@ -98,21 +98,24 @@ class ObservedLedger(Ledger):
             self._on_claims(claims)
         return claims
 
-    def start_attempt(self, claim: Claim, now: datetime) -> AttemptTicket:
-        try:
-            return self.inner.start_attempt(claim, now)
-        except LostRace:
-            self.lost_races += 1
-            raise
+    def start_attempts(
+        self, claims: Sequence[Claim], now: datetime
+    ) -> list[AttemptTicket | DigestError]:
+        started = self.inner.start_attempts(claims, now)
+        self.lost_races += sum(isinstance(s, LostRace) for s in started)
+        return started
 
-    def complete(self, ticket: AttemptTicket, outcome: SendOutcome, transition: Transition) -> None:
-        try:
-            self.inner.complete(ticket, outcome, transition)
-        except LostRace:
-            self.lost_races += 1
-            self.late_results += 1
-            raise
-        self._observe(transition)
+    def complete_many(
+        self, results: Sequence[tuple[AttemptTicket, SendOutcome, Transition]]
+    ) -> list[DigestError | None]:
+        errors = self.inner.complete_many(results)
+        for (_, _, transition), error in zip(results, errors, strict=True):
+            if isinstance(error, LostRace):
+                self.lost_races += 1
+                self.late_results += 1
+            elif error is None:
+                self._observe(transition)
+        return errors
 
     def apply(self, transition: Transition) -> None:
         try:
@@ -130,21 +133,28 @@ class ObservedLedger(Ledger):
             self._on_due(now)
         return recovery
 
-    def clean(
-        self, key: OperationKey, token: int, mode: CleanupMode, now: datetime
-    ) -> CleanupReceipt:
-        self.cleanup_calls += 1
-        try:
-            receipt = self.inner.clean(key, token, mode, now)
-        except LostRace:
-            self.lost_races += 1
-            raise
-        if receipt.status == "cleaned" and self._lose_cleanup_ack(key):
-            self.cleanup_acks_lost += 1
-            raise SimulatedCrash(
-                f"cleanup of {key} committed; its acknowledgement was lost", key, token
-            )
-        return receipt
+    def clean_many(
+        self, items: Sequence[tuple[OperationKey, int]], mode: CleanupMode, now: datetime
+    ) -> list[CleanupReceipt | DigestError]:
+        # One key at a time, so a lost acknowledgement stops the batch where a real worker's
+        # crash would: the keys after it are not cleaned until the step is retried.
+        receipts: list[CleanupReceipt | DigestError] = []
+        for key, token in items:
+            self.cleanup_calls += 1
+            [receipt] = self.inner.clean_many([(key, token)], mode, now)
+            if isinstance(receipt, LostRace):
+                self.lost_races += 1
+            elif (
+                isinstance(receipt, CleanupReceipt)
+                and receipt.status == "cleaned"
+                and self._lose_cleanup_ack(key)
+            ):
+                self.cleanup_acks_lost += 1
+                raise SimulatedCrash(
+                    f"cleanup of {key} committed; its acknowledgement was lost", key, token
+                )
+            receipts.append(receipt)
+        return receipts
 
     # -- delegated unchanged ---------------------------------------------------------------
     def freeze_snapshot(
@@ -158,14 +168,14 @@ class ObservedLedger(Ledger):
     def snapshot_entries(self, period: Period) -> list[SnapshotEntry]:
         return self.inner.snapshot_entries(period)
 
-    def recipient(self, key: OperationKey) -> str | None:
-        return self.inner.recipient(key)
+    def recipients(self, keys: Sequence[OperationKey]) -> dict[OperationKey, str]:
+        return self.inner.recipients(keys)
 
     def add_digest_rows(self, rows: Iterable[DigestRow]) -> int:
         return self.inner.add_digest_rows(rows)
 
-    def digest_rows(self, key: OperationKey) -> list[DigestRow]:
-        return self.inner.digest_rows(key)
+    def digest_rows_of(self, keys: Sequence[OperationKey]) -> dict[OperationKey, list[DigestRow]]:
+        return self.inner.digest_rows_of(keys)
 
     def keys_with_rows(self, period: Period) -> set[OperationKey]:
         return self.inner.keys_with_rows(period)
