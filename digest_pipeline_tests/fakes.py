@@ -28,7 +28,6 @@ from digest_pipeline.domain import transitions
 from digest_pipeline.domain.catalogue import Order, Product
 from digest_pipeline.domain.errors import (
     DigestError,
-    LostRace,
     RenderError,
     SnapshotMissing,
     UnknownWorkItem,
@@ -512,19 +511,9 @@ class FakeLedger(Ledger):
             due.sort(key=lambda i: (i.next_attempt_at, str(i.key)))
             claims: list[Claim] = []
             for item in due[:limit]:
-                token = item.lease_token + 1
-                expires_at = now + lease
-                claimed = replace(
-                    item,
-                    state=DeliveryState.CLAIMED,
-                    lease_owner=owner,
-                    lease_token=token,
-                    lease_expires_at=expires_at,
-                    first_claimed_at=item.first_claimed_at or now,
-                    next_attempt_at=None,
-                )
-                self._items[item.key] = claimed
-                claims.append(Claim(claimed, token, owner, expires_at))
+                claim = transitions.claimed(item, owner, now, lease)
+                self._items[item.key] = claim.item
+                claims.append(claim)
             return claims
 
     def start_attempts(
@@ -540,20 +529,12 @@ class FakeLedger(Ledger):
         return started
 
     def _start_locked(self, claim: Claim, now: datetime) -> AttemptTicket:
-        item = self._require_locked(claim.key)
-        if not (
-            item.state is DeliveryState.CLAIMED
-            and item.lease_token == claim.token
-            and item.lease_expires_at is not None
-            and item.lease_expires_at > now
-        ):
-            raise LostRace(f"{item.key}: lease lost before the attempt started")
-        number = item.attempts + 1
+        started = transitions.attempt_started(claim, self._require_locked(claim.key), now)
         self._attempt_seq += 1
         attempt = Attempt(
             attempt_id=self._attempt_seq,
-            key=item.key,
-            number=number,
+            key=started.key,
+            number=started.attempts,
             token=claim.token,
             worker=claim.owner,
             started_at=now,
@@ -564,15 +545,8 @@ class FakeLedger(Ledger):
             duplicate=False,
         )
         self._attempts[attempt.attempt_id] = attempt
-        self._items[item.key] = replace(
-            item,
-            attempts=number,
-            budget_used=item.budget_used + 1,
-            first_attempt_at=item.first_attempt_at or now,
-            window_started_at=item.window_started_at or now,
-            last_attempt_at=now,
-        )
-        return AttemptTicket(attempt.attempt_id, item.key, number, claim.token, now)
+        self._items[started.key] = started
+        return AttemptTicket(attempt.attempt_id, started.key, started.attempts, claim.token, now)
 
     def complete_many(
         self, results: Sequence[tuple[AttemptTicket, SendOutcome, Transition]]
@@ -746,15 +720,12 @@ class FakeLedger(Ledger):
         item = self._require_locked(key)
         if any(c.key == key for c in self._cleanups):
             return CleanupReceipt(key, "already_cleaned", 0)
-        if item.state is not DeliveryState.SENT or item.lease_token != token:
-            raise LostRace(
-                f"{key}: expected sent with token {token}; cleanup refused, nothing changed"
-            )
+        done = transitions.cleaned(item, token, now)
         rows = self._rows.pop(key, [])
         if mode is CleanupMode.ARCHIVE:
             self._archived.extend(ArchivedRow(r, now) for r in rows)
         self._cleanups.append(CleanupRecord(key, key.period, mode, len(rows), now, now))
-        self._items[key] = replace(item, state=DeliveryState.CLEANED, cleaned_at=now)
+        self._items[key] = done
         return CleanupReceipt(key, "cleaned", len(rows))
 
     # -- dead letters, audit ---------------------------------------------------------------

@@ -199,6 +199,55 @@ def sweep_reason(item: WorkItem, now: datetime, unknown_retention: timedelta) ->
     return None
 
 
+def claimed(item: WorkItem, owner: str, now: datetime, lease: timedelta) -> Claim:
+    """A due item leased to `owner` until `now + lease`, with the next fencing token."""
+    if not is_due(item, now):
+        raise LostRace(f"{item.key}: {item.state.value} is not due at {now.isoformat()}")
+    token = item.lease_token + 1
+    expires_at = now + lease
+    leased = replace(
+        item,
+        state=DeliveryState.CLAIMED,
+        lease_owner=owner,
+        lease_token=token,
+        lease_expires_at=expires_at,
+        first_claimed_at=item.first_claimed_at or now,
+        next_attempt_at=None,
+    )
+    return Claim(leased, token, owner, expires_at)
+
+
+def attempt_started(claim: Claim, item: WorkItem, now: datetime) -> WorkItem:
+    """The item once an attempt under `claim` is recorded as started (one budget unit taken).
+
+    Raises LostRace unless the item is still this claim with its lease live.
+    """
+    if not (
+        item.state is DeliveryState.CLAIMED
+        and item.lease_token == claim.token
+        and item.lease_expires_at is not None
+        and item.lease_expires_at > now
+    ):
+        raise LostRace(f"{item.key}: lease lost before the attempt started")
+    return replace(
+        item,
+        attempts=item.attempts + 1,
+        budget_used=item.budget_used + 1,
+        first_attempt_at=item.first_attempt_at or now,
+        window_started_at=item.window_started_at or now,
+        last_attempt_at=now,
+    )
+
+
+def cleaned(item: WorkItem, token: int, now: datetime) -> WorkItem:
+    """A `sent` item once its rows are gone; LostRace unless it is `sent` with `token`."""
+    if item.state is not DeliveryState.SENT or item.lease_token != token:
+        raise LostRace(
+            f"{item.key}: expected sent with token {token}; cleanup refused, nothing changed"
+        )
+    return replace(item, state=DeliveryState.CLEANED, cleaned_at=now)
+
+
 #: the stored length of `last_detail` (the column is VARCHAR(200))
 DETAIL_LENGTH = 200
 

@@ -2,9 +2,11 @@
 
 from datetime import timedelta
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from digest_pipeline.domain.errors import LostRace
 from digest_pipeline.domain.failures import FailureClass, SendOutcome
 from digest_pipeline.domain.model import (
     Attempt,
@@ -24,7 +26,9 @@ from digest_pipeline.domain.transitions import (
     after_attempt,
     after_lease_expiry,
     apply,
+    attempt_started,
     before_send,
+    claimed,
     is_due,
     settle_unknown,
     sweep_reason,
@@ -263,3 +267,27 @@ def test_an_unknown_item_moves_only_on_evidence(claim, history, status, window, 
         assert evidence is Evidence.UNKNOWN_UNRESOLVED
         assert t.dead_letter_reason == "unknown_unresolved"
         assert idle >= POLICY.unknown_retention
+
+
+@given(st.sampled_from(DeliveryState), maybe_offsets, st.integers(0, 9), offsets)
+def test_only_a_due_item_is_claimed_and_each_claim_takes_the_next_token(state, due, token, since):
+    item = WorkItem(
+        key_of(1),
+        state,
+        created_at=T0 + since,
+        next_attempt_at=None if due is None else T0 + due,
+        lease_token=token,
+    )
+    if not is_due(item, T0):
+        with pytest.raises(LostRace):
+            claimed(item, "w", T0, POLICY.lease)
+        return
+    claim = claimed(item, "w", T0, POLICY.lease)
+    assert (claim.token, claim.item.lease_token) == (token + 1, token + 1)
+    assert (claim.item.state, claim.item.next_attempt_at) == (DeliveryState.CLAIMED, None)
+    assert claim.expires_at == claim.item.lease_expires_at == T0 + POLICY.lease
+    started = attempt_started(claim, claim.item, T0)
+    assert (started.attempts, started.budget_used) == (item.attempts + 1, item.budget_used + 1)
+    # the lease has run out: the attempt must not start
+    with pytest.raises(LostRace):
+        attempt_started(claim, claim.item, T0 + POLICY.lease)
