@@ -14,7 +14,7 @@ from digest_pipeline.domain.model import AuditNote, Claim, Transition
 from digest_pipeline.domain.policy import DeliveryPolicy
 from digest_pipeline.domain.states import DeliveryState
 from digest_pipeline.ports import Mailer
-from digest_pipeline_tests.builders import key_of
+from digest_pipeline_tests.builders import complete_one, key_of, start_one
 from digest_pipeline_tests.conftest import T0, W42
 from digest_pipeline_tests.dagster.harness import (
     BEFORE_DELIVERY,
@@ -83,11 +83,12 @@ def test_no_duplicate_send_fails_for_a_second_confirmed_send_and_blocks_cleanup(
     world.materialize(selection=BEFORE_DELIVERY)
     ledger, key = world.ledger, key_of(1)
     c = claim(world)
-    ticket = ledger.start_attempt(c, T0)
+    ticket = start_one(ledger, c, T0)
     ledger.recover_expired_leases(T0 + LEASE)  # the send outlived its lease: unknown
     late = T0 + LEASE + timedelta(seconds=1)
     with pytest.raises(Exception, match="expected claimed"):  # ...and then arrived
-        ledger.complete(
+        complete_one(
+            ledger,
             ticket,
             SendOutcome.sent("pm-1"),
             Transition(key, DeliveryState.CLAIMED, c.token, DeliveryState.SENT, late),
@@ -105,8 +106,9 @@ def test_no_duplicate_send_fails_for_a_second_confirmed_send_and_blocks_cleanup(
         )
     )
     again = claim(world, now=late, owner="w2")
-    ticket = ledger.start_attempt(again, late)
-    ledger.complete(
+    ticket = start_one(ledger, again, late)
+    complete_one(
+        ledger,
         ticket,
         SendOutcome.sent("pm-2"),
         Transition(key, DeliveryState.CLAIMED, again.token, DeliveryState.SENT, late),
@@ -130,9 +132,10 @@ def test_no_silent_timeout_fails_when_an_unknown_send_was_requeued_without_evide
     world.materialize(selection=BEFORE_DELIVERY)
     ledger, key = world.ledger, key_of(1)
     c = claim(world)
-    ticket = ledger.start_attempt(c, T0)
+    ticket = start_one(ledger, c, T0)
     outcome = SendOutcome.failed(FailureClass.UNKNOWN, "timeout_after_send")
-    ledger.complete(
+    complete_one(
+        ledger,
         ticket,
         outcome,
         Transition(
