@@ -3,14 +3,19 @@
 PostgreSQL comes from `DIGEST_TEST_DATABASE_URL` (set by `make test`). Without it the PostgreSQL
 cases skip locally and *fail* under `CI=true`, so a green CI cannot hide an untested tier.
 `T0` (Monday 06:00 UTC after 2026-W42) and `W42` are the rigs' (`digest_pipeline.rigs.seeding`).
+Temporary files go to RAM (`MEMORY_DIR`) when the machine has room there, and Hypothesis runs
+the `dev` profile locally and the derandomised `ci` profile under `CI=true`.
 """
 
 import os
 import shutil
+import tempfile
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
 from sqlalchemy import Engine, text
 
 from digest_pipeline.adapters.sql.engine import create_ledger_engine, migrate
@@ -24,12 +29,94 @@ from digest_pipeline_tests.fakes import FakeLedger, FixedClock
 BACKENDS = ["fake", "sqlite", pytest.param("postgres", marks=pytest.mark.integration)]
 SQL_BACKENDS = ["sqlite", pytest.param("postgres", marks=pytest.mark.integration)]
 
+#: Linux's RAM-backed folder. Every SQLite commit (each test's ledger, and Dagster's run and
+#: event storage in a test's DAGSTER_HOME) fsyncs; on a disk those fsyncs, not the code under
+#: test, set the suite's pace (the eight-week life test ran in half the time here). The
+#: simulator puts its cell databases there for the same reason (`digest_pipeline.rigs.sim`).
+MEMORY_DIR = Path("/dev/shm")
+#: Used only with this much free: a run writes about 100 MB, and pytest keeps the last three
+#: runs' folders (`tmp_path_retention_count`), so that is a few hundred MB of RAM at most.
+MEMORY_DIR_MIN_FREE = 2 * 1024**3
 
-@pytest.fixture(autouse=True)
-def _hermetic_env(monkeypatch: pytest.MonkeyPatch) -> None:
+
+def under_ci() -> bool:
+    """`CI=true` (or 1, yes): what `.ci/run` sets."""
+    return os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+# Hypothesis profiles; `pytest --hypothesis-profile NAME` picks the other one.
+# Both keep Hypothesis's 100 examples per property: a property costs milliseconds an example
+# (the whole unit tier takes seconds), so fewer would save nothing worth the bugs it could miss.
+# No deadline and no too_slow health check in either: both measure wall time, which a loaded
+# 2-core machine stretches, so they fail tests that are not wrong.
+# Both start from Hypothesis's `default`: a profile without a parent would inherit whichever
+# profile Hypothesis loaded on import (its own `ci` wherever a `CI` variable is set at all).
+#: local runs: a new random draw each run (and Hypothesis's example database in .hypothesis/)
+settings.register_profile(
+    "dev",
+    parent=settings.get_profile("default"),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+#: CI: what Hypothesis's own `ci` profile does (derandomised: the same examples on every run, so
+#: a red CI is reproduced locally with `--hypothesis-profile ci`; no example database; the
+#: failing example's blob printed), stated here rather than left to its detection of CI variables
+settings.register_profile(
+    "ci",
+    parent=settings.get_profile("default"),
+    derandomize=True,
+    database=None,
+    print_blob=True,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+settings.load_profile("ci" if under_ci() else "dev")
+
+
+def _memory_dir_has_room() -> bool:
+    """MEMORY_DIR exists, is writable, is not mounted noexec and has MEMORY_DIR_MIN_FREE free."""
+    try:
+        return (
+            MEMORY_DIR.is_dir()
+            and os.access(MEMORY_DIR, os.W_OK | os.X_OK)
+            and not os.statvfs(MEMORY_DIR).f_flag & os.ST_NOEXEC
+            and shutil.disk_usage(MEMORY_DIR).free >= MEMORY_DIR_MIN_FREE
+        )
+    except OSError:
+        return False
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Temporary files in MEMORY_DIR, unless TMPDIR is set or the folder is missing or small.
+
+    TMPDIR moves `tmp_path` (pytest's base folder comes from `tempfile.gettempdir()`), the
+    benchmarks' work folders and every child process's temporary files alike. Set `TMPDIR` (to
+    /tmp, say) to keep them on disk.
+    """
+    if "TMPDIR" in os.environ or not _memory_dir_has_room():
+        return
+    os.environ["TMPDIR"] = str(MEMORY_DIR)
+    tempfile.tempdir = None  # gettempdir() caches its answer: look again, now with TMPDIR
+
+
+def drop_digest_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Removes every `DIGEST_*` setting but the test servers' `DIGEST_TEST_*` URLs."""
     for name in list(os.environ):
         if name.startswith("DIGEST_") and not name.startswith("DIGEST_TEST_"):
             monkeypatch.delenv(name)
+
+
+@pytest.fixture(autouse=True)
+def _hermetic_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    drop_digest_env(monkeypatch)
+
+
+@contextmanager
+def hermetic_env() -> Iterator[None]:
+    """`_hermetic_env` for a session- or module-scoped fixture, which is set up before it."""
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        drop_digest_env(monkeypatch)
+        yield
 
 
 @pytest.fixture
@@ -46,7 +133,7 @@ def require_url(variable: str, service: str = "a throwaway PostgreSQL") -> str:
     if url:
         return url
     reason = f"{variable} is not set (make test starts {service})"
-    if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+    if under_ci():
         pytest.fail(f"integration tier cannot run under CI: {reason}")
     pytest.skip(reason)
 

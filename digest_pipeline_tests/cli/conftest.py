@@ -3,14 +3,17 @@
 `mixed` delivers 2026-W42 to ten customers through the outbox with injected failures, so every
 state an operator meets is there; the `digest` command then runs against the same database URL
 and Maildir, with the same fixed clock. `dump` reads every table, for "nothing changed".
+On SQLite, `mixed` is delivered once per session and each test gets a copy of the result
+(`mixed_sqlite_template`; `test_mixed_template.py` holds the copy to a fresh delivery).
 """
 
 import io
 import json
+import shutil
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +21,7 @@ import pytest
 from sqlalchemy import Engine, select
 
 from digest_pipeline.adapters.mail.outbox import OutboxMailer
+from digest_pipeline.adapters.sql.engine import create_ledger_engine
 from digest_pipeline.adapters.sql.ledger import SqlLedger
 from digest_pipeline.adapters.sql.schema import metadata
 from digest_pipeline.cli import context, main
@@ -29,7 +33,7 @@ from digest_pipeline.domain.retry import RetryPolicy
 from digest_pipeline.ports import Clock, Composer, Mailer
 from digest_pipeline.services.deliver import DeliveryReport
 from digest_pipeline_tests.builders import deliver_all, key_of, make_deliverer, seed_period
-from digest_pipeline_tests.conftest import SQL_BACKENDS
+from digest_pipeline_tests.conftest import SQL_BACKENDS, T0, hermetic_env
 from digest_pipeline_tests.fakes import FaultInjectingMailer, FixedClock, WrappingMailer
 
 PROJECT = Path(__file__).resolve().parents[2]
@@ -165,9 +169,14 @@ def world(
     The commands run as OS user `alice` (claims of other names are refused unless granted:
     `test_operator_identity.py`), so audit rows read `alice` on any machine.
     """
+    return make_world(sql_engine_factory(backend), clock, tmp_path / "outbox", monkeypatch)
+
+
+def make_world(
+    engine: Engine, clock: FixedClock, outbox_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> World:
+    """`digest` pointed at `engine` and `outbox_dir`, run as OS user `alice`, on `clock`."""
     monkeypatch.setattr(context, "os_user", lambda: OS_USER)
-    engine = sql_engine_factory(backend)
-    outbox_dir = tmp_path / "outbox"
     env = {
         "DIGEST_DATABASE_URL": engine.url.render_as_string(hide_password=False),
         "DIGEST_MAILER": "outbox",
@@ -193,11 +202,61 @@ def populate_mixed(world: World) -> None:
     world.deliver(mailer)
 
 
+@dataclass(frozen=True)
+class MixedTemplate:
+    """`populate_mixed`'s result on SQLite, to be copied: the ledger file, the Maildir, the time."""
+
+    ledger: Path
+    outbox_dir: Path
+    now: datetime
+
+
+@pytest.fixture(scope="session")
+def mixed_sqlite_template(
+    sqlite_template: Path, tmp_path_factory: pytest.TempPathFactory
+) -> MixedTemplate:
+    """`populate_mixed` once per session (two delivery passes; some 80 tests start from it)."""
+    folder = tmp_path_factory.mktemp("mixed-template")
+    path = folder / "ledger.db"
+    shutil.copy(sqlite_template, path)
+    engine = create_ledger_engine(f"sqlite:///{path}")
+    clock = FixedClock(T0)
+    try:
+        with hermetic_env():
+            populate_mixed(World(engine, clock, folder / "outbox", Cli({}, clock)))
+    finally:
+        engine.dispose()
+    # the last connection closed, SQLite checkpointed its WAL into the file: one file to copy
+    assert not path.with_name(f"{path.name}-wal").exists()
+    return MixedTemplate(path, folder / "outbox", clock.now())
+
+
 @pytest.fixture
-def mixed(world: World) -> World:
-    """The world after `populate_mixed`: sent, failed, dead-lettered and unknown items."""
-    populate_mixed(world)
-    return world
+def mixed(
+    request: pytest.FixtureRequest,
+    backend: str,
+    clock: FixedClock,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> Iterator[World]:
+    """The world after `populate_mixed`: sent, failed, dead-lettered and unknown items.
+
+    On SQLite a copy of `mixed_sqlite_template`, with `clock` set to its time; on PostgreSQL
+    (truncated per test) `populate_mixed` runs again.
+    """
+    if backend != "sqlite":
+        world: World = request.getfixturevalue("world")
+        populate_mixed(world)
+        yield world
+        return
+    template: MixedTemplate = request.getfixturevalue("mixed_sqlite_template")
+    path = tmp_path / "ledger.db"
+    shutil.copy(template.ledger, path)
+    shutil.copytree(template.outbox_dir, tmp_path / "outbox")
+    clock.set(template.now)
+    engine = create_ledger_engine(f"sqlite:///{path}")
+    yield make_world(engine, clock, tmp_path / "outbox", monkeypatch)
+    engine.dispose()
 
 
 @pytest.fixture

@@ -11,6 +11,7 @@ from digest_pipeline.domain.failures import FailureClass, SendOutcome
 from digest_pipeline.domain.states import DeliveryState
 from digest_pipeline_tests.builders import key_of, make_customer
 from digest_pipeline_tests.conftest import W42
+from digest_pipeline_tests.dagster.conftest import PERMANENT, TRANSIENT
 from digest_pipeline_tests.dagster.harness import (
     ASSETS,
     CHECKS,
@@ -21,8 +22,6 @@ from digest_pipeline_tests.dagster.harness import (
     project,
 )
 
-PERMANENT = SendOutcome.failed(FailureClass.PERMANENT, "smtp:550")
-TRANSIENT = SendOutcome.failed(FailureClass.TRANSIENT, "smtp:451")
 CLEANUP_ONLY = ("cleaned", "cleanup_lag_p50_s", "cleanup_lag_max_s")
 
 
@@ -34,9 +33,8 @@ def mapped_steps(result) -> list[str]:
     )
 
 
-def test_a_week_materialises_and_records_its_counts(world_of):
-    world = world_of(5)
-    result = world.materialize()
+def test_a_week_materialises_and_records_its_counts(clean_week):
+    world, result = clean_week.world, clean_week.result
 
     assert result.success
     snapshot = metadata(result, "eligibility_snapshot")
@@ -130,11 +128,8 @@ def test_a_week_with_nobody_eligible_runs_no_mapped_step_and_still_records_metad
     assert metadata(result, "digest_cleanup")["cleaned"] == 0
 
 
-def test_a_failed_send_is_a_recorded_state_and_cleanup_keeps_its_rows(world_of):
-    world = world_of(5)
-    world.mailer.script(key_of(2), PERMANENT)
-    world.mailer.script(key_of(4), TRANSIENT)
-    result = world.materialize()
+def test_a_failed_send_is_a_recorded_state_and_cleanup_keeps_its_rows(week_with_failures):
+    result = week_with_failures.result
 
     assert result.success
     deliveries = metadata(result, "digest_deliveries")
@@ -199,15 +194,15 @@ def test_worst_items_says_none_when_every_item_went_out(world_of):
 def materialised_week_with_failures(
     world_of: Callable[..., World],
 ) -> tuple[World, dg.ExecuteInProcessResult]:
-    """Five customers: 2 fails permanently, 4 transiently (retry scheduled), the rest are sent."""
+    """`week_with_failures` in a world of the test's own, for a test that runs it on."""
     world = world_of(5)
     world.mailer.script(key_of(2), PERMANENT)
     world.mailer.script(key_of(4), TRANSIENT)
     return world, world.materialize()
 
 
-def test_every_materialisation_and_check_evaluation_names_the_iso_week(world_of):
-    _, result = materialised_week_with_failures(world_of)
+def test_every_materialisation_and_check_evaluation_names_the_iso_week(week_with_failures):
+    result = week_with_failures.result
 
     materialised = [
         m for a in ASSETS for m in result.asset_materializations_for_node(a.key.path[-1])
@@ -229,8 +224,8 @@ def test_every_asset_and_check_description_says_partitions_are_keyed_by_monday()
         assert "keyed by the ISO week's Monday" in " ".join((description or "").split())
 
 
-def test_cleanup_numbers_are_on_digest_cleanup_only(world_of):
-    _, result = materialised_week_with_failures(world_of)
+def test_cleanup_numbers_are_on_digest_cleanup_only(week_with_failures):
+    result = week_with_failures.result
 
     deliveries, cleanup = metadata(result, "digest_deliveries"), metadata(result, "digest_cleanup")
     assert [k for k in CLEANUP_ONLY if k in deliveries] == []
@@ -262,8 +257,8 @@ def test_delivered_fraction_is_sent_and_cleaned_over_eligible_from_the_ledger(wo
     assert again["delivered_pct"] == "80.0 % of 5 eligible"
 
 
-def test_rates_read_as_percentages_of_their_base(world_of):
-    _, result = materialised_week_with_failures(world_of)
+def test_rates_read_as_percentages_of_their_base(week_with_failures):
+    result = week_with_failures.result
 
     deliveries = metadata(result, "digest_deliveries")
     assert {fc.value: deliveries[f"retry_rate_{fc.value}_pct"] for fc in FailureClass} == {

@@ -50,10 +50,8 @@ def assert_cleanup_was_blocked(result: dg.ExecuteInProcessResult, world: World) 
 
 
 @pytest.mark.parametrize("name", CHECK_NAMES)
-def test_each_check_passes_on_a_clean_week(world_of, name):
-    result = world_of(5).materialize()
-
-    evaluation = checks(result)[name]
+def test_each_check_passes_on_a_clean_week(clean_week, name):
+    evaluation = checks(clean_week.result)[name]
     assert evaluation.passed, evaluation.description
     assert evaluation.partition == "2026-10-12"
     assert evaluation.metadata["period"].value == "2026-W42"
