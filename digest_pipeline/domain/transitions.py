@@ -106,14 +106,12 @@ def already_confirmed(
     """Ledger first: a retry whose earlier attempt was confirmed late is recorded, not resent."""
     if (attempt := confirmed(history)) is None:
         return None
-    evidence = Evidence.LEDGER_ATTEMPT.value
     return move(
         claim,
         DeliveryState.SENT,
         now,
         provider_message_id=attempt.provider_message_id,
-        detail=f"reconciled:{evidence}",
-        audit=AuditNote(actor, "reconcile", f"evidence:{evidence}"),
+        **_reconciled(Evidence.LEDGER_ATTEMPT, actor),
     )
 
 
@@ -406,12 +404,19 @@ def settle_unknown(
         item.lease_token,
         target,
         now,
-        detail=f"reconciled:{evidence.value}",
         provider_message_id=pid,
-        audit=AuditNote(actor, "reconcile", f"evidence:{evidence.value}"),
+        **_reconciled(evidence, actor),
         **fields,
     )
     return transition, evidence
+
+
+def _reconciled(evidence: "Evidence", actor: str) -> dict[str, Any]:
+    """The detail and audit note of a move made on evidence (reconciliation's, or a retry's)."""
+    return {
+        "detail": f"reconciled:{evidence.value}",
+        "audit": AuditNote(actor, "reconcile", f"evidence:{evidence.value}"),
+    }
 
 
 def _deduplicated_until(

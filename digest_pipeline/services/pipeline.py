@@ -17,8 +17,6 @@ from enum import StrEnum
 from digest_pipeline.domain.errors import BreakerOpen, SnapshotTampered
 from digest_pipeline.domain.model import CleanupMode, LeaseRecovery
 from digest_pipeline.domain.periods import Period
-from digest_pipeline.domain.policy import DeliveryPolicy
-from digest_pipeline.ports import Clock, Ledger
 from digest_pipeline.services import late
 from digest_pipeline.services.cleanup import CleanupReport, clean_period
 from digest_pipeline.services.deliver import Deliverer, DeliveryReport, deliver_due
@@ -45,11 +43,6 @@ GATES = (Gate.RECOVER, Gate.ADMIT, Gate.RECONCILE, Gate.DELIVER, Gate.CLEAN)
 #: called after each gate with the gate and the pass's report so far (the chaos worker records
 #: one line per gate, so a kill loses only the counts of the gate it cuts)
 GateHook = Callable[[Gate, "SweepReport"], None]
-
-
-def admission(ledger: Ledger, policy: DeliveryPolicy, clock: Clock, period: Period) -> str | None:
-    """Why a period must not be delivered now (a missed week), or None; the snapshot is separate."""
-    return late.refusal(ledger, policy, period, clock.now())
 
 
 @dataclass
@@ -156,7 +149,7 @@ def run_pass(
     report = SweepReport(recovered=ledger.recover_expired_leases(clock.now()))
     passed(Gate.RECOVER)
     for period in ledger.open_periods() if periods is None else periods:
-        why = admission(ledger, policy, clock, period)
+        why = late.refusal(ledger, policy, period, clock.now())
         if why is None:
             why = deliverer.snapshot_refusal(period)
         if why is None:
