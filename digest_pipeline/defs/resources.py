@@ -27,6 +27,7 @@ from digest_pipeline.defs.run_ledger import open_run_ledger
 from digest_pipeline.domain.breaker import DEFAULT_THRESHOLD
 from digest_pipeline.domain.model import CleanupMode
 from digest_pipeline.domain.policy import DeliveryPolicy
+from digest_pipeline.domain.waves import claim_size
 from digest_pipeline.ports import Composer, CustomerSource, Ledger, Mailer
 from digest_pipeline.settings import InvalidSetting, Settings, load_settings
 from digest_pipeline.wiring import build_composer, build_mailer
@@ -116,10 +117,6 @@ class ComposerResource(dg.ConfigurableResource[Composer]):
         return build_composer(_load(**self.model_dump()), SystemClock())
 
 
-#: a delivery step leases this many waves of `concurrency` items at a time
-CLAIM_WAVES = 8
-
-
 @dataclass(frozen=True)
 class DeliverySettings:
     """The delivery gate's bounds and the fan-out, as the assets, checks and sensor use them."""
@@ -137,12 +134,8 @@ class DeliverySettings:
 
     @property
     def claim_size(self) -> int:
-        """Items a delivery step leases at a time: a few waves' worth, never the whole batch.
-
-        A step works through `batch_size` items; leasing them all at once would let the last
-        ones' leases run out behind a slow provider.
-        """
-        return min(self.batch_size, CLAIM_WAVES * self.concurrency)
+        """Items a delivery step leases at a time (`domain.waves.claim_size`)."""
+        return claim_size(self.batch_size, self.concurrency)
 
 
 class DeliveryResource(dg.ConfigurableResource["DeliveryResource"]):

@@ -50,6 +50,7 @@ from digest_pipeline.domain.transitions import (
     release,
     requeue_unstarted,
 )
+from digest_pipeline.domain.waves import wave_shape
 from digest_pipeline.ports import Clock, Composer, Ledger, Mailer
 from digest_pipeline.services import late
 from digest_pipeline.services.evidence import RECONCILE_ACTOR
@@ -402,19 +403,6 @@ class Deliverer:
             duplicate=True if outcome is not None and outcome.duplicate else None,
         )
         return transition.target
-
-
-def wave_shape(concurrency: int) -> tuple[int, int]:
-    """(items a wave, waves in flight) for a worker of `concurrency` sends.
-
-    Waves in flight times wave size never exceeds `concurrency`. Overlapping waves keep the sends
-    going while this thread records; several small waves keep slow sends from idling the pool
-    for long, and a floor of 8 items keeps the statements per item low.
-    """
-    if concurrency < 2:
-        return 1, 1
-    size = max(1, min(concurrency // 2, max(8, concurrency // 4)))
-    return size, concurrency // size
 
 
 @dataclass

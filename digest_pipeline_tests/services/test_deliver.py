@@ -22,8 +22,9 @@ from digest_pipeline.domain.periods import Period
 from digest_pipeline.domain.policy import DeliveryPolicy
 from digest_pipeline.domain.retry import RetryPolicy
 from digest_pipeline.domain.states import DeliveryState
+from digest_pipeline.domain.waves import wave_shape
 from digest_pipeline.ports import Mailer
-from digest_pipeline.services.deliver import deliver_due, wave_shape
+from digest_pipeline.services.deliver import deliver_due
 from digest_pipeline.services.reconcile import reconcile_period
 from digest_pipeline_tests.builders import (
     deliver_all,
