@@ -11,6 +11,12 @@ BIN = $(VENV)/bin
 PYTHON_BOOTSTRAP ?= $(shell command -v python3.11 2>/dev/null || command -v python3 2>/dev/null)
 # Extra arguments for pytest, e.g. `make test PYTEST_ARGS='-k ledger -x'`.
 PYTEST_ARGS ?=
+# pytest-xdist processes for the no-service tier (its tests share no server; the tiers that do
+# truncate one PostgreSQL schema, so they run in one process).
+PYTEST_WORKERS ?= 2
+# A PYTEST_ARGS selection may leave one tier empty: pytest's "no tests collected" (5) is not a
+# failure of that tier.
+ALLOW_EMPTY = || [ $$? -eq 5 ]
 # The project's Dagster instance (runs, partitions, check results): git-ignored, under .digest/.
 DAGSTER_HOME ?= $(CURDIR)/.digest/dagster_home
 DEMO_CUSTOMERS ?= 300
@@ -49,10 +55,11 @@ validate: install ## Load the Dagster definitions as `dagster dev` would (worksp
 	env -u DAGSTER_HOME $(BIN)/dagster definitions validate -w workspace.yaml
 
 test: install lint validate ## Lint, validate, then every test tier against a throwaway PostgreSQL and Redis
-	scripts/pg-test-cluster.sh -- scripts/redis-test-server.sh -- $(BIN)/pytest $(PYTEST_ARGS)
+	$(BIN)/pytest -m "not integration" -n $(PYTEST_WORKERS) --dist loadscope $(PYTEST_ARGS) $(ALLOW_EMPTY)
+	scripts/pg-test-cluster.sh -- scripts/redis-test-server.sh -- $(BIN)/pytest -m integration $(PYTEST_ARGS) $(ALLOW_EMPTY)
 
-test-fast: install ## Tests that need no services (pytest -m "not integration")
-	$(BIN)/pytest -m "not integration" $(PYTEST_ARGS)
+test-fast: install ## Tests that need no services (pytest -m "not integration"), on PYTEST_WORKERS processes
+	$(BIN)/pytest -m "not integration" -n $(PYTEST_WORKERS) --dist loadscope $(PYTEST_ARGS)
 
 chaos: install ## SIGKILL delivery workers on a throwaway PostgreSQL; check once-only delivery (long run)
 	scripts/pg-test-cluster.sh -- scripts/redis-test-server.sh -- $(BIN)/python -m benchmarks.chaos --customers 5000 --workers 4 --rounds 10
