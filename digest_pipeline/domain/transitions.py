@@ -12,7 +12,7 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
-from digest_pipeline.domain.errors import LostRace
+from digest_pipeline.domain.errors import LostRace, ResolveRefused
 from digest_pipeline.domain.failures import FailureClass, SendOutcome
 from digest_pipeline.domain.model import (
     Attempt,
@@ -98,6 +98,47 @@ def requeue_unstarted(
     ):
         return None
     return release(claim, now, LEASE_EXPIRED_BEFORE_ATTEMPT)
+
+
+def replayed(item: WorkItem, now: datetime, audit: AuditNote) -> Transition:
+    """An operator's replay: the item is `pending` and due now, with a fresh attempt budget.
+
+    Whether the replay may happen at all (its evidence, a possible duplicate) is the replay
+    plan's decision; this is only the move it records.
+    """
+    return Transition(
+        item.key,
+        item.state,
+        item.lease_token,
+        DeliveryState.PENDING,
+        now,
+        next_attempt_at=now,
+        detail="replayed",
+        effects=(Reopen(),),
+        audit=audit,
+    )
+
+
+def resolved(item: WorkItem, sent: bool, now: datetime, audit: AuditNote) -> Transition:
+    """An operator's word on an `unknown` item: `sent`, or not sent and so due again now.
+
+    The operator's word is the evidence, so a resend needs no deduplication window.
+    """
+    if item.state is not DeliveryState.UNKNOWN:
+        raise ResolveRefused(
+            f"{item.key} is {item.state.value}; only unknown items can be resolved"
+        )
+    return Transition(
+        item.key,
+        DeliveryState.UNKNOWN,
+        item.lease_token,
+        DeliveryState.SENT if sent else DeliveryState.RETRY_SCHEDULED,
+        now,
+        next_attempt_at=None if sent else now,
+        detail="resolved_sent" if sent else "resolved_not_sent",
+        effects=() if sent else (ClearDedupe(),),
+        audit=audit,
+    )
 
 
 def already_confirmed(

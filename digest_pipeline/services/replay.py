@@ -20,13 +20,12 @@ from digest_pipeline.domain.model import (
     AuditEntry,
     AuditNote,
     LookupStatus,
-    Reopen,
-    Transition,
     WorkItem,
 )
 from digest_pipeline.domain.periods import OperationKey, Period
 from digest_pipeline.domain.possible_sends import unsettled_uncertain_attempts
 from digest_pipeline.domain.states import REPLAYABLE, DeliveryState
+from digest_pipeline.domain.transitions import replayed
 from digest_pipeline.ports import Clock, Ledger, Mailer, ReadModel
 from digest_pipeline.services.evidence import confirmed_attempt
 from digest_pipeline.services.logs import log_event
@@ -191,19 +190,7 @@ def _act(ledger: Ledger, clock: Clock, p: _Planned, operator: str, why: str) -> 
         else:
             action, note = "replay", f"{why} ({p.evidence})"
         try:
-            ledger.apply(
-                Transition(
-                    key,
-                    p.item.state,
-                    p.item.lease_token,
-                    DeliveryState.PENDING,
-                    now,
-                    next_attempt_at=now,
-                    detail="replayed",
-                    effects=(Reopen(),),
-                    audit=AuditNote(operator, action, note),
-                )
-            )
+            ledger.apply(replayed(p.item, now, AuditNote(operator, action, note)))
         except LostRace as e:
             # Each key is its own transaction: report this one, keep the others' result.
             log_event("lost_race", logging.WARNING, key=key, step="replay", why=e)

@@ -5,9 +5,9 @@ one transaction.
 """
 
 from digest_pipeline.domain.errors import ResolveRefused, UnknownWorkItem
-from digest_pipeline.domain.model import AuditNote, ClearDedupe, Transition, WorkItem
+from digest_pipeline.domain.model import AuditNote, WorkItem
 from digest_pipeline.domain.periods import OperationKey
-from digest_pipeline.domain.states import DeliveryState
+from digest_pipeline.domain.transitions import resolved
 from digest_pipeline.ports import Clock, Ledger
 from digest_pipeline.services.logs import log_event
 
@@ -24,24 +24,9 @@ def resolve_unknown(
     item = ledger.get(key)
     if item is None:
         raise UnknownWorkItem(f"no work item for {key}")
-    if item.state is not DeliveryState.UNKNOWN:
-        raise ResolveRefused(f"{key} is {item.state.value}; only unknown items can be resolved")
-    now = clock.now()
-    target = DeliveryState.SENT if sent else DeliveryState.RETRY_SCHEDULED
-    ledger.apply(
-        Transition(
-            key,
-            DeliveryState.UNKNOWN,
-            item.lease_token,
-            target,
-            now,
-            next_attempt_at=None if sent else now,
-            detail="resolved_sent" if sent else "resolved_not_sent",
-            # the operator's word is the evidence: the resend needs no deduplication
-            effects=() if sent else (ClearDedupe(),),
-            audit=AuditNote(operator, "resolve", reason.strip()),
-        )
-    )
+    transition = resolved(item, sent, clock.now(), AuditNote(operator, "resolve", reason.strip()))
+    ledger.apply(transition)
+    target = transition.target
     log_event("resolved", key=key, state=target.value, operator=operator)
     updated = ledger.get(key)
     assert updated is not None

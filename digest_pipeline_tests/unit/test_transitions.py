@@ -6,10 +6,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from digest_pipeline.domain.errors import LostRace
+from digest_pipeline.domain.errors import InvalidTransition, LostRace, ResolveRefused
 from digest_pipeline.domain.failures import FailureClass, SendOutcome
 from digest_pipeline.domain.model import (
     Attempt,
+    AuditNote,
     Claim,
     ClearDedupe,
     LookupResult,
@@ -19,7 +20,7 @@ from digest_pipeline.domain.model import (
     WorkItem,
 )
 from digest_pipeline.domain.policy import DeliveryPolicy
-from digest_pipeline.domain.states import CLAIMABLE, DeliveryState
+from digest_pipeline.domain.states import CLAIMABLE, REPLAYABLE, DeliveryState
 from digest_pipeline.domain.transitions import (
     NOT_ACCEPTED,
     Evidence,
@@ -30,6 +31,8 @@ from digest_pipeline.domain.transitions import (
     before_send,
     claimed,
     is_due,
+    replayed,
+    resolved,
     settle_unknown,
     sweep_reason,
     unknown_expired,
@@ -291,3 +294,64 @@ def test_only_a_due_item_is_claimed_and_each_claim_takes_the_next_token(state, d
     # the lease has run out: the attempt must not start
     with pytest.raises(LostRace):
         attempt_started(claim, claim.item, T0 + POLICY.lease)
+
+
+NOTE = AuditNote("alice", "test", "a reason")
+
+
+@given(st.sampled_from(DeliveryState), st.integers(0, 12), maybe_offsets, st.booleans())
+def test_a_replay_reopens_with_a_fresh_budget_and_only_from_a_replayable_state(
+    state, used, dedupe, was_replayed
+):
+    item = WorkItem(
+        key_of(3),
+        state,
+        created_at=T0 - timedelta(days=1),
+        next_attempt_at=None,
+        attempts=used,
+        budget_used=used,
+        window_started_at=T0 - timedelta(hours=2),
+        dedupe_until=None if dedupe is None else T0 + dedupe,
+        replayed_at=T0 - timedelta(days=1) if was_replayed else None,
+        lease_token=4,
+    )
+    move = replayed(item, T0, NOTE)
+    if state not in REPLAYABLE:
+        with pytest.raises(InvalidTransition):
+            apply(item, move)
+        return
+    after = apply(item, move)
+    assert (after.state, after.next_attempt_at, after.replayed_at) == (
+        DeliveryState.PENDING,
+        T0,
+        T0,
+    )
+    # the attempt count is history and stays; the budget and the window start again
+    assert (after.attempts, after.budget_used, after.window_started_at) == (used, 0, None)
+    assert after.dedupe_until is None
+    assert move.audit == NOTE
+
+
+@given(st.sampled_from(DeliveryState), st.booleans(), maybe_offsets)
+def test_an_operators_word_settles_only_an_unknown_item(state, sent, dedupe):
+    item = WorkItem(
+        key_of(4),
+        state,
+        created_at=T0 - timedelta(days=1),
+        next_attempt_at=None,
+        dedupe_until=None if dedupe is None else T0 + dedupe,
+        lease_token=2,
+    )
+    if state is not DeliveryState.UNKNOWN:
+        with pytest.raises(ResolveRefused, match="only unknown items can be resolved"):
+            resolved(item, sent, T0, NOTE)
+        return
+    after = apply(item, resolved(item, sent, T0, NOTE))
+    if sent:
+        assert (after.state, after.sent_at, after.next_attempt_at) == (DeliveryState.SENT, T0, None)
+        assert after.dedupe_until == item.dedupe_until
+    else:
+        # a resend on the operator's word needs no deduplication window: it was not sent
+        assert (after.state, after.next_attempt_at) == (DeliveryState.RETRY_SCHEDULED, T0)
+        assert after.dedupe_until is None
+        assert after.sent_at is None

@@ -1,0 +1,30 @@
+"""How much a delivery worker leases and sends at once: pure sizing from its settings.
+
+The claim and the wave are bounds on risk (how many leases can run out behind a slow provider,
+how many sends are open at a time), so they are decided here, once, not where they are used.
+"""
+
+#: a delivery step leases this many waves' worth of items at a time
+CLAIM_WAVES = 8
+
+
+def claim_size(batch_size: int, concurrency: int) -> int:
+    """Items a delivery step leases at a time: a few waves' worth, never the whole batch.
+
+    A step works through `batch_size` items; leasing them all at once would let the last ones'
+    leases run out behind a slow provider.
+    """
+    return min(batch_size, CLAIM_WAVES * concurrency)
+
+
+def wave_shape(concurrency: int) -> tuple[int, int]:
+    """(items a wave, waves in flight) for a worker of `concurrency` sends.
+
+    Waves in flight times wave size never exceeds `concurrency`. Overlapping waves keep the sends
+    going while this thread records; several small waves keep slow sends from idling the pool
+    for long, and a floor of 8 items keeps the statements per item low.
+    """
+    if concurrency < 2:
+        return 1, 1
+    size = max(1, min(concurrency // 2, max(8, concurrency // 4)))
+    return size, concurrency // size
