@@ -1,6 +1,6 @@
 """What every role of the SQL ledger shares: the engine, the dialect and the insert it needs."""
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -9,10 +9,16 @@ from sqlalchemy import (
     Connection,
     Engine,
     Select,
+    Table,
     and_,
+    bindparam,
+    cast,
+    column,
     insert,
     select,
     text,
+    update,
+    values,
 )
 from sqlalchemy.dialects import postgresql, sqlite
 
@@ -49,6 +55,55 @@ def period_items(period: Period, states: Iterable[DeliveryState] | None) -> Sele
     """A period's work items, optionally only in some states."""
     q = select(wi).where(wi.c.period == str(period))
     return q if states is None else q.where(wi.c.state.in_([s.value for s in states]))
+
+
+def update_many(
+    conn: Connection,
+    table: Table,
+    match: Sequence[str],
+    columns: Mapping[str, ColumnElement[Any] | None],
+    rows: Sequence[tuple[Sequence[Any], Mapping[str, Any]]],
+    *where: ColumnElement[bool],
+) -> int:
+    """`UPDATE table SET …` for many rows, each found by its `match` columns; the rows matched.
+
+    `columns` are the columns set: a `ColumnElement` is one expression for every row, `None`
+    takes each row's own value. A row is `(values of match, values of the other columns)`.
+    On PostgreSQL it is one `UPDATE … FROM (VALUES …)` statement a chunk (one round trip for a
+    wave); SQLite, in process, takes an executemany of the same guarded statement.
+    """
+    own = [c for c, v in columns.items() if v is None]
+    matched = 0
+    if conn.dialect.name == "postgresql":
+        for chunk in chunked(rows, KEYS):
+            v = values(
+                *[column(f"m_{c}", table.c[c].type) for c in match],
+                *[column(f"s_{c}", table.c[c].type) for c in own],
+                name="v",
+            ).data([(*m, *(r[c] for c in own)) for m, r in chunk])
+            # A VALUES column whose every entry is NULL is text to PostgreSQL: cast each one.
+            stmt = (
+                update(table)
+                .where(*(table.c[c] == cast(v.c[f"m_{c}"], table.c[c].type) for c in match), *where)
+                .values(
+                    {
+                        c: cast(v.c[f"s_{c}"], table.c[c].type) if e is None else e
+                        for c, e in columns.items()
+                    }
+                )
+            )
+            matched += conn.execute(stmt).rowcount
+        return matched
+    stmt = (
+        update(table)
+        .where(*(table.c[c] == bindparam(f"m_{c}") for c in match), *where)
+        .values({c: bindparam(f"s_{c}") if e is None else e for c, e in columns.items()})
+    )
+    params = [
+        {**{f"m_{c}": x for c, x in zip(match, m, strict=True)}, **{f"s_{c}": r[c] for c in own}}
+        for m, r in rows
+    ]
+    return conn.execute(stmt, params).rowcount if params else 0
 
 
 def audit_row(e: AuditEntry) -> dict[str, Any]:

@@ -8,7 +8,6 @@ from sqlalchemy import (
     ColumnElement,
     Connection,
     and_,
-    bindparam,
     exists,
     func,
     insert,
@@ -25,6 +24,7 @@ from digest_pipeline.adapters.sql.base import (
     SqlBase,
     audit_row,
     due_clause,
+    update_many,
     wi,
 )
 from digest_pipeline.adapters.sql.schema import (
@@ -256,33 +256,28 @@ class SqlWorkQueue(SqlBase, WorkQueue):
         for _, _, t in results:
             check_transition(t.expected, t.target)
         closing = [
-            {
-                "b_attempt_id": ticket.attempt_id,
-                "b_finished_at": t.at,
-                "b_outcome": outcome.label,
-                "b_detail": outcome.detail[:200],
-                "b_provider_message_id": outcome.provider_message_id,
-                "b_duplicate": outcome.duplicate,
-            }
+            (
+                (ticket.attempt_id,),
+                {
+                    "finished_at": t.at,
+                    "outcome": outcome.label,
+                    "detail": outcome.detail[:200],
+                    "provider_message_id": outcome.provider_message_id,
+                    "duplicate": outcome.duplicate,
+                },
+            )
             for ticket, outcome, t in results
         ]
         with self._engine.begin() as conn:
             # Close every attempt, even one whose transition loses: it is evidence for
             # reconciliation, and it commits with the transitions that did apply.
-            conn.execute(
-                update(attempts)
-                .where(
-                    attempts.c.attempt_id == bindparam("b_attempt_id"),
-                    attempts.c.finished_at.is_(None),
-                )
-                .values(
-                    finished_at=bindparam("b_finished_at"),
-                    outcome=bindparam("b_outcome"),
-                    detail=bindparam("b_detail"),
-                    provider_message_id=bindparam("b_provider_message_id"),
-                    duplicate=bindparam("b_duplicate"),
-                ),
+            update_many(
+                conn,
+                attempts,
+                ("attempt_id",),
+                dict.fromkeys(closing[0][1]),
                 closing,
+                attempts.c.finished_at.is_(None),
             )
             lost = self._apply_many(conn, [t for _, _, t in results])
         return [lost.get(str(t.key)) for _, _, t in results]
@@ -335,32 +330,16 @@ class SqlWorkQueue(SqlBase, WorkQueue):
             )
             shapes.setdefault(shape, []).append((t, values))
         for group in shapes.values():
-            stmt = (
-                update(wi)
-                .where(
-                    wi.c.operation_key == bindparam("w_key"),
-                    wi.c.state == bindparam("w_state"),
-                    wi.c.lease_token == bindparam("w_token"),
-                )
-                .values(
-                    {
-                        c: v if isinstance(v, ColumnElement) else bindparam(f"v_{c}")
-                        for c, v in group[0][1].items()
-                    }
-                )
+            columns = {
+                c: v if isinstance(v, ColumnElement) else None for c, v in group[0][1].items()
+            }
+            rows = [((str(t.key), t.expected.value, t.token), values) for t, values in group]
+            matched = update_many(
+                conn, wi, ("operation_key", "state", "lease_token"), columns, rows
             )
-            params = [
-                {
-                    "w_key": str(t.key),
-                    "w_state": t.expected.value,
-                    "w_token": t.token,
-                    **{f"v_{c}": v for c, v in values.items() if not isinstance(v, ColumnElement)},
-                }
-                for t, values in group
-            ]
-            if (matched := conn.execute(stmt, params).rowcount) != len(params):
+            if matched != len(rows):
                 # the rows are locked and their guards were just read: this is a bug, not a race
-                raise RuntimeError(f"guarded update matched {matched} of {len(params)} locked rows")
+                raise RuntimeError(f"guarded update matched {matched} of {len(rows)} locked rows")
         self._record_side_rows(conn, holding)
         return lost
 
@@ -389,17 +368,16 @@ class SqlWorkQueue(SqlBase, WorkQueue):
         if dead:
             conn.execute(insert(dead_letters), dead)
         reopened = [
-            {"b_key": str(t.key), "b_at": t.at} for t in ts if t.target is DeliveryState.PENDING
+            ((str(t.key),), {"replayed_at": t.at}) for t in ts if t.target is DeliveryState.PENDING
         ]
         if reopened:
-            conn.execute(
-                update(dead_letters)
-                .where(
-                    dead_letters.c.operation_key == bindparam("b_key"),
-                    dead_letters.c.replayed_at.is_(None),
-                )
-                .values(replayed_at=bindparam("b_at")),
+            update_many(
+                conn,
+                dead_letters,
+                ("operation_key",),
+                {"replayed_at": None},
                 reopened,
+                dead_letters.c.replayed_at.is_(None),
             )
         audits = [
             audit_row(

@@ -174,8 +174,11 @@ class ProviderServer:
         window_seconds: float = 24 * 3600.0,
         clock: Callable[[], float] = time.monotonic,
         latency_seconds: float = 0.0,
+        fallback: Action | None = None,
     ) -> None:
         self.api_key = api_key
+        #: what a request of a key with no script left gets (`ok()` unless given)
+        self.fallback = fallback or ok()
         #: every request is answered this long after it was read (a provider's round trip)
         self.latency_seconds = latency_seconds
         self.window_seconds = window_seconds
@@ -336,7 +339,7 @@ class ProviderServer:
                 action: Action | None = None
             else:
                 queue = self._scripts.get(key)
-                action = queue.pop(0) if queue else ok()
+                action = queue.pop(0) if queue else self.fallback
                 if action.kind != "status":
                     self._in_flight.add(key)
                     self._in_flight_changed.notify_all()
