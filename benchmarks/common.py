@@ -169,6 +169,52 @@ class StatementCounter:
         event.remove(Engine, "before_cursor_execute", self._on_execute)
 
 
+class ServerStatements:
+    """Top-level statements the PostgreSQL server ran in the ledger's database, every process's.
+
+    Read from `pg_stat_statements` (which `scripts/pg-test-cluster.sh` preloads), so one
+    executemany of 1,000 rows counts as the statements the server really ran, and step processes
+    count too. `count` stays None on SQLite or where the extension is not loaded.
+    """
+
+    def __init__(self, ledger_url: str) -> None:
+        self._url = make_url(ledger_url)
+        self.count: int | None = None
+        self.transactions: int | None = None
+        self._ready = False
+
+    def _conninfo(self) -> str:
+        url = self._url.set(drivername="postgresql")
+        return url.render_as_string(hide_password=False)
+
+    def __enter__(self) -> "ServerStatements":
+        if self._url.get_backend_name() != "postgresql":
+            return self
+        try:
+            with psycopg.connect(self._conninfo(), autocommit=True) as conn:
+                conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+                conn.execute("SELECT pg_stat_statements_reset()")
+        except psycopg.Error:
+            return self  # not preloaded: no server count
+        self._ready = True
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if not self._ready:
+            return
+        query = """
+            SELECT coalesce(sum(calls), 0),
+                   coalesce(sum(calls) FILTER (WHERE query ~* '^(BEGIN|COMMIT|ROLLBACK)'), 0)
+              FROM pg_stat_statements
+             WHERE toplevel AND dbid = (SELECT oid FROM pg_database WHERE datname = %s)
+               AND query !~* 'pg_stat_statements'
+        """
+        with psycopg.connect(self._conninfo(), autocommit=True) as conn:
+            row = conn.execute(query, (self._url.database,)).fetchone()
+        assert row is not None
+        self.count, self.transactions = int(row[0]), int(row[1])
+
+
 def peak_rss_mb() -> dict[str, float]:
     """Peak resident memory of this process and of its largest finished child (Linux: KiB).
 
@@ -342,7 +388,11 @@ def measure_job(raw: Mapping[str, Any]) -> dict[str, Any]:
         batch_size = DeliveryResource().settings().batch_size
         instance = dg.DagsterInstance.from_config(str(home))
         try:
-            with StatementCounter(spec.ledger_url) as statements, Timer() as timer:
+            with (
+                StatementCounter(spec.ledger_url) as statements,
+                ServerStatements(spec.ledger_url) as server,
+                Timer() as timer,
+            ):
                 if multiprocess:
                     result: Any = dg.execute_job(
                         dg.reconstructable(bench_defs.bench_job),
@@ -363,6 +413,8 @@ def measure_job(raw: Mapping[str, Any]) -> dict[str, Any]:
                         run_config=run_config(),
                     )
             asset_s, steps, batches = step_spans(instance, result.run_id)
+            # every entry is a row of Dagster's event log (one INSERT each on PostgreSQL)
+            event_rows = len(instance.all_logs(result.run_id))
             checks = result.get_asset_check_evaluations()
         finally:
             instance.dispose()
@@ -388,6 +440,9 @@ def measure_job(raw: Mapping[str, Any]) -> dict[str, Any]:
         "batch_size": batch_size,
         # the step processes' statements never reach this process's listener
         "statements": None if multiprocess else statements.count,
+        "server_statements": server.count,
+        "server_transactions": server.transactions,
+        "event_rows": event_rows,
         "checks_passed": sum(1 for c in checks if c.passed),
         "checks_total": len(checks),
         "failed_checks": sorted(c.check_name for c in checks if not c.passed),

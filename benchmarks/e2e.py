@@ -44,6 +44,8 @@ COLUMNS = (
     *(f"{short}_s" for short in common.ASSETS.values()),
     "checks_s",
     "stmts_per_cust",
+    "srv_stmts_per_cust",
+    "event_rows",
     "rss_mb",
     "rss_children_mb",
     "accounted",
@@ -78,6 +80,12 @@ def _row(backend: str, mailer: str, executor: str, m: dict[str, Any]) -> dict[st
         # None for multiprocess: the step processes' statements are not counted
         "stmts_per_cust": (
             None if statements is None else round(statements / max(m["eligible"], 1), 1)
+        ),
+        # PostgreSQL only: what the server ran (pg_stat_statements), BEGIN/COMMIT included
+        "srv_stmts_per_cust": (
+            None
+            if m["server_statements"] is None
+            else round(m["server_statements"] / max(m["eligible"], 1), 2)
         ),
         # an in-process run has no children; multiprocess: the largest step process
         "rss_children_mb": m["rss_children_mb"] if executor == "multiprocess" else None,

@@ -147,6 +147,13 @@ client() { # createdb/psql: prefer the server's installation, else PATH
 CREATEDB="$(client createdb)" || die "createdb not found"
 PSQL="$(client psql)" || die "psql not found"
 PG_VERSION="$("$PG_CTL" --version | awk '{print $3}')"
+# pg_stat_statements, when the installation has it, lets `make bench` count the statements the
+# server ran (benchmarks/common.py ServerStatements); the tests do not need it.
+SERVER_OPTS="-c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=200"
+PKGLIB="$(cd "$PGBIN/.." && pwd)/lib"
+if [[ -f "$PKGLIB/pg_stat_statements.so" ]]; then
+    SERVER_OPTS+=" -c shared_preload_libraries=pg_stat_statements -c pg_stat_statements.track=top"
+fi
 
 if [[ "$AS_ROOT" -eq 1 ]]; then
     id postgres >/dev/null 2>&1 || die "running as root but there is no 'postgres' user"
@@ -209,7 +216,7 @@ started=0
 for attempt in 1 2 3; do
     PORT="$(free_port)"
     if as_owner "$PGTMP" "$PG_CTL" start -D "$PGTMP/data" -w -t 60 -l "$PGTMP/log" \
-        -o "-h 127.0.0.1 -p $PORT -k $PGTMP -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=200" \
+        -o "-h 127.0.0.1 -p $PORT -k $PGTMP $SERVER_OPTS" \
         >/dev/null 2>&1; then
         started=1
         break

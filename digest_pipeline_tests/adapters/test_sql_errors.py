@@ -25,7 +25,7 @@ from digest_pipeline.adapters.sql.schema import eligibility_snapshot, period_run
 from digest_pipeline.cli import main
 from digest_pipeline.domain.model import SnapshotEntry
 from digest_pipeline_tests.builders import email_of, key_of
-from digest_pipeline_tests.conftest import T0, W42, require_postgres_url
+from digest_pipeline_tests.conftest import SQL_BACKENDS, T0, W42, require_postgres_url
 
 PROJECT = Path(__file__).resolve().parents[2]
 Params = Mapping[str, Any] | Sequence[Mapping[str, Any]]
@@ -133,15 +133,21 @@ def test_a_constraint_violation_is_still_an_integrity_error_and_carries_no_addre
     assert_safe(error)
 
 
+@pytest.mark.parametrize("backend", SQL_BACKENDS)
 def test_the_ledgers_own_integrity_guard_still_turns_a_duplicate_into_its_refusal(
-    sqlite_engine,
+    sql_engine_factory, backend
 ):
     entries = [SnapshotEntry("customer-0001", email_of(1)), SnapshotEntry("customer-0001", "x")]
 
     with pytest.raises(ValueError, match="duplicate customer id") as caught:
-        SqlLedger(sqlite_engine).freeze_snapshot(W42, "run-1", T0, entries)
+        SqlLedger(sql_engine_factory(backend)).freeze_snapshot(W42, "run-1", T0, entries)
 
-    assert isinstance(caught.value.__cause__, IntegrityError)
+    cause = caught.value.__cause__
+    assert isinstance(cause, IntegrityError)
+    assert isinstance(cause, LedgerDatabaseError)
+    # PostgreSQL takes the snapshot by COPY, whose error context quotes the row, address and all
+    verb = "COPY" if backend == "postgres" else "INSERT INTO"
+    assert str(cause).startswith(f"{verb} eligibility_snapshot: ")
     assert "@" not in chain_text(caught.value)
 
 
@@ -176,6 +182,7 @@ def test_a_database_error_in_a_command_is_one_line_naming_the_statement(sqlite_e
         ('INSERT INTO "digest_rows" (a) VALUES (?)', "INSERT INTO digest_rows"),
         ("UPDATE work_items SET state=? WHERE operation_key = ?", "UPDATE work_items"),
         ("DELETE FROM cleanups WHERE x = 'alice@example.com'", "DELETE FROM cleanups"),
+        ('COPY "digest_rows" ("payload") FROM STDIN', "COPY digest_rows"),
         ("SELECT work_items.state \n FROM work_items WHERE x = ?", "SELECT … FROM work_items"),
         (
             "WITH due AS (SELECT k FROM work_items) UPDATE work_items SET state = 'claimed'",

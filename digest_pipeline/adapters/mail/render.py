@@ -16,6 +16,7 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal, InvalidOperation
 from email.headerregistry import Address
 from email.utils import format_datetime
+from functools import lru_cache
 from types import MappingProxyType
 from typing import Any
 from urllib.parse import quote
@@ -100,21 +101,24 @@ def _refused(key: OperationKey, row: DigestRow, problem: str) -> RenderError:
     return RenderError(f"{key}: {_where(row)} {problem}")
 
 
-def _url(key: OperationKey, row: DigestRow, name: str) -> str | None:
-    value = row.payload.get(name)
+class _Problem(Exception):
+    """What is wrong with a row's fields; `pick_of` names the row."""
+
+
+def _link(value: object, name: str) -> str | None:
     if value is None or value == "":
         return None
     # Autoescaping does not stop a `javascript:` href: only web links may reach the HTML, by
     # the rule that screens the catalogue, so a row content generation wrote always renders.
     if not is_web_link(value):
         if not _is_unicode(str(value)):
-            raise _refused(key, row, f"has a {name} that is not valid Unicode")
-        raise _refused(key, row, f"has an invalid {name}")
+            raise _Problem(f"has a {name} that is not valid Unicode")
+        raise _Problem(f"has an invalid {name}")
     return str(value)
 
 
-def _price(key: OperationKey, row: DigestRow) -> str | None:
-    raw, currency = row.payload.get("price"), str(row.payload.get("currency") or "EUR").upper()
+def _price(raw: object, currency_raw: object) -> str | None:
+    currency = str(currency_raw or "EUR").upper()
     if raw is None or raw == "":
         return None
     try:
@@ -122,22 +126,42 @@ def _price(key: OperationKey, row: DigestRow) -> str | None:
     except InvalidOperation:
         amount = Decimal("NaN")
     if not amount.is_finite() or amount < 0:
-        raise _refused(key, row, "has an invalid price")
+        raise _Problem("has an invalid price")
     if not _CURRENCY.fullmatch(currency):
-        raise _refused(key, row, "has an invalid currency")
+        raise _Problem("has an invalid currency")
     symbol = _SYMBOLS.get(currency)
     return f"{symbol}{amount:,.2f}" if symbol else f"{amount:,.2f} {currency}"
 
 
+def _checked_pick(
+    title_raw: object, url: object, image_url: object, price: object, currency: object
+) -> _Pick:
+    title = _one_line(str(title_raw or ""))
+    if not title:
+        raise _Problem("lacks a title")
+    link = _link(url, "url")
+    if link is None:
+        raise _Problem("lacks a url")
+    return _Pick(title, _price(price, currency), link, _link(image_url, "image_url"))
+
+
+#: a week's rows show a few hundred products to every customer: each one is checked once
+#: (a refusal is not cached, so it is raised again with its own row's name)
+_cached_pick = lru_cache(maxsize=4096)(_checked_pick)
+_PICK_FIELDS = ("title", "url", "image_url", "price", "currency")
+#: `True == 1` as a cache key, so a boolean field (never a real price) takes the uncached path
+_SCALARS = (str, int, float, type(None))
+
+
 def pick_of(key: OperationKey, row: DigestRow) -> _Pick:
     """One generated row as the templates see it; RenderError names a row that cannot be shown."""
-    title = _one_line(str(row.payload.get("title") or ""))
-    if not title:
-        raise _refused(key, row, "lacks a title")
-    url = _url(key, row, "url")
-    if url is None:
-        raise _refused(key, row, "lacks a url")
-    return _Pick(title, _price(key, row), url, _url(key, row, "image_url"))
+    fields = tuple(row.payload.get(f) for f in _PICK_FIELDS)
+    cacheable = all(type(v) in _SCALARS for v in fields)
+    check = _cached_pick if cacheable else _checked_pick
+    try:
+        return check(*fields)
+    except _Problem as e:
+        raise _refused(key, row, str(e)) from None
 
 
 class Jinja2Composer(Composer):

@@ -4,6 +4,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
+import psycopg
 from sqlalchemy import (
     ColumnElement,
     Connection,
@@ -12,16 +13,15 @@ from sqlalchemy import (
     Table,
     and_,
     bindparam,
-    cast,
-    column,
+    func,
     insert,
     select,
     text,
     update,
-    values,
 )
 from sqlalchemy.dialects import postgresql, sqlite
 
+from digest_pipeline.adapters.sql.engine import driver_error
 from digest_pipeline.adapters.sql.schema import (
     CLAIMABLE_SQL,
     audit_log,
@@ -69,41 +69,74 @@ def update_many(
 
     `columns` are the columns set: a `ColumnElement` is one expression for every row, `None`
     takes each row's own value. A row is `(values of match, values of the other columns)`.
-    On PostgreSQL it is one `UPDATE … FROM (VALUES …)` statement a chunk (one round trip for a
-    wave); SQLite, in process, takes an executemany of the same guarded statement.
+    On PostgreSQL it is one `UPDATE … FROM unnest(arrays)` statement a chunk (one round trip
+    for a wave); SQLite, in process, takes an executemany of the same guarded statement.
     """
     own = [c for c, v in columns.items() if v is None]
-    matched = 0
+    if not rows:
+        return 0
     if conn.dialect.name == "postgresql":
+        # One array parameter a column, unnested side by side: the statement's text does not
+        # depend on the number of rows, so SQLAlchemy compiles it once (VALUES lists did not).
+        names = [f"m_{c}" for c in match] + [f"s_{c}" for c in own]
+        arrays = [
+            bindparam(n, type_=postgresql.ARRAY(table.c[c].type))
+            for n, c in zip(names, [*match, *own], strict=True)
+        ]
+        v = func.unnest(*arrays).table_valued(*names).render_derived(name="v")
+        stmt = (
+            update(table)
+            .where(*(table.c[c] == v.c[f"m_{c}"] for c in match), *where)
+            .values({c: v.c[f"s_{c}"] if e is None else e for c, e in columns.items()})
+        )
+        matched = 0
         for chunk in chunked(rows, KEYS):
-            v = values(
-                *[column(f"m_{c}", table.c[c].type) for c in match],
-                *[column(f"s_{c}", table.c[c].type) for c in own],
-                name="v",
-            ).data([(*m, *(r[c] for c in own)) for m, r in chunk])
-            # A VALUES column whose every entry is NULL is text to PostgreSQL: cast each one.
-            stmt = (
-                update(table)
-                .where(*(table.c[c] == cast(v.c[f"m_{c}"], table.c[c].type) for c in match), *where)
-                .values(
-                    {
-                        c: cast(v.c[f"s_{c}"], table.c[c].type) if e is None else e
-                        for c, e in columns.items()
-                    }
-                )
-            )
-            matched += conn.execute(stmt).rowcount
+            params: dict[str, list[Any]] = {n: [] for n in names}
+            for m, r in chunk:
+                for c, x in zip(match, m, strict=True):
+                    params[f"m_{c}"].append(x)
+                for c in own:
+                    params[f"s_{c}"].append(r[c])
+            matched += conn.execute(stmt, params).rowcount
         return matched
     stmt = (
         update(table)
         .where(*(table.c[c] == bindparam(f"m_{c}") for c in match), *where)
         .values({c: bindparam(f"s_{c}") if e is None else e for c, e in columns.items()})
     )
-    params = [
+    many = [
         {**{f"m_{c}": x for c, x in zip(match, m, strict=True)}, **{f"s_{c}": r[c] for c in own}}
         for m, r in rows
     ]
-    return conn.execute(stmt, params).rowcount if params else 0
+    return conn.execute(stmt, many).rowcount
+
+
+def insert_rows(conn: Connection, table: Table, rows: Sequence[Mapping[str, Any]]) -> None:
+    """Inserts `rows` (dicts of the same columns) in the connection's transaction.
+
+    On psycopg 3 it is one `COPY … FROM STDIN` however many rows: the server runs one statement
+    and the client parses no SQL per row (a 1,000-row `INSERT … VALUES` is a long text psycopg
+    parses anew each time). Elsewhere it is SQLAlchemy's executemany.
+    """
+    if not rows:
+        return
+    if conn.dialect.driver != "psycopg":
+        conn.execute(insert(table), rows)
+        return
+    names = list(rows[0])
+    bind = [table.c[n].type._cached_bind_processor(conn.dialect) for n in names]
+    quote = conn.dialect.identifier_preparer.quote
+    statement = f"COPY {quote(table.name)} ({', '.join(map(quote, names))}) FROM STDIN"
+    raw = conn.connection.driver_connection
+    assert raw is not None
+    try:
+        with raw.cursor() as cursor, cursor.copy(statement) as copy:
+            for row in rows:
+                copy.write_row(
+                    [row[n] if f is None else f(row[n]) for n, f in zip(names, bind, strict=True)]
+                )
+    except psycopg.Error as e:
+        raise driver_error(statement, rows, e) from None
 
 
 def audit_row(e: AuditEntry) -> dict[str, Any]:

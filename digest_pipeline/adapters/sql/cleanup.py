@@ -12,7 +12,7 @@ from sqlalchemy import (
     update,
 )
 
-from digest_pipeline.adapters.sql.base import KEYS, SqlBase, wi
+from digest_pipeline.adapters.sql.base import KEYS, SqlBase, insert_rows, wi
 from digest_pipeline.adapters.sql.schema import (
     cleanups,
     digest_rows,
@@ -80,8 +80,9 @@ class SqlCleaner(SqlBase, Cleaner):
                     .group_by(dr.c.operation_key)
                 ).all()
             )
-            conn.execute(
-                insert(cleanups),
+            insert_rows(
+                conn,
+                cleanups,
                 [
                     {
                         "operation_key": k,

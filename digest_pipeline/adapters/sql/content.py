@@ -4,11 +4,10 @@ from collections.abc import Iterable, Sequence
 
 from sqlalchemy import (
     exists,
-    insert,
     select,
 )
 
-from digest_pipeline.adapters.sql.base import CHUNK, KEYS, SqlBase, wi
+from digest_pipeline.adapters.sql.base import CHUNK, KEYS, SqlBase, insert_rows, wi
 from digest_pipeline.adapters.sql.schema import (
     digest_rows,
 )
@@ -39,7 +38,7 @@ class SqlContent(SqlBase, ContentStore):
         )
         with self._engine.begin() as conn:
             for chunk in chunked(values, CHUNK):
-                conn.execute(insert(digest_rows), chunk)
+                insert_rows(conn, digest_rows, chunk)
                 written += len(chunk)
         return written
 
@@ -124,6 +123,6 @@ class SqlContent(SqlBase, ContentStore):
                 if str(r.key) in replaced
             ]
             for part in chunked(values, CHUNK):
-                conn.execute(insert(dr), part)
+                insert_rows(conn, dr, part)
                 written += len(part)
         return RowReplacement(frozenset(wanted[k] for k in replaced), refused, removed, written)

@@ -126,6 +126,7 @@ _SHAPES = (
     re.compile(r"(INSERT(?: OR \w+)? INTO) " + _IDENT, re.IGNORECASE),
     re.compile(r"(UPDATE) " + _IDENT, re.IGNORECASE),
     re.compile(r"(DELETE FROM) " + _IDENT, re.IGNORECASE),
+    re.compile(r"(COPY) " + _IDENT, re.IGNORECASE),
     re.compile(
         r"((?:CREATE|ALTER|DROP)(?: UNIQUE)? \w+)(?: IF(?: NOT)? EXISTS)? " + _IDENT,
         re.IGNORECASE,
@@ -267,6 +268,34 @@ def _replacement(ctx: ExceptionContext) -> LedgerDatabaseError | None:
     return twin(message, orig, connection_invalidated=ctx.is_disconnect)
 
 
+#: a driver error class by DB-API name, for errors raised outside SQLAlchemy (a raw COPY)
+_DBAPI_TWINS: dict[str, type[LedgerDatabaseError]] = {
+    "InterfaceError": LedgerInterfaceError,
+    "DataError": LedgerDataError,
+    "OperationalError": LedgerOperationalError,
+    "IntegrityError": LedgerIntegrityError,
+    "InternalError": LedgerInternalError,
+    "ProgrammingError": LedgerProgrammingError,
+    "NotSupportedError": LedgerNotSupportedError,
+    "DatabaseError": LedgerDatabaseFault,
+}
+
+
+def driver_error(statement: str, parameters: object, orig: BaseException) -> LedgerDatabaseError:
+    """The project's error for a driver error raised past SQLAlchemy, as `_replacement` tells it.
+
+    The caller raises it `from None`: the driver's own text (a COPY's CONTEXT line quotes the
+    row) is cut to the line the message shows.
+    """
+    twin = next(
+        (_DBAPI_TWINS[c.__name__] for c in type(orig).__mro__ if c.__name__ in _DBAPI_TWINS),
+        LedgerDBAPIError,
+    )
+    message, driver_line = summarize_error(statement, parameters, orig)
+    _scrub(orig, driver_line)
+    return twin(message, orig)
+
+
 def guard_engine_errors(engine: Engine) -> Engine:
     """Installs the error boundary (module docstring) on `engine`; returns it."""
 
@@ -286,11 +315,17 @@ def create_ledger_engine(url: str, *, pool_size: int = 10, create: bool = True) 
     """
     parsed = make_url(url)
     if parsed.get_backend_name() != "sqlite":
+        # No pre-ping: it is a round trip on every checkout, and every ledger call checks out
+        # (a wave's two transactions became three round trips more). A connection the server
+        # dropped fails its statement instead; SQLAlchemy then discards the whole pool, so one
+        # call fails (before a send: nothing left; after: an open attempt that reconciliation
+        # settles) and the next connects afresh. Recycling after 30 minutes keeps connections
+        # under any idle timeout a proxy or firewall sets.
         engine = create_engine(
             url,
             pool_size=pool_size,
             max_overflow=pool_size,
-            pool_pre_ping=True,
+            pool_recycle=1800,
             hide_parameters=True,
         )
         # A many-row INSERT as multi-row VALUES statements of 1,000 rows, as SQLAlchemy already

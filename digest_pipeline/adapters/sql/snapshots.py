@@ -5,14 +5,13 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import (
-    insert,
     select,
     tuple_,
     update,
 )
 from sqlalchemy.exc import IntegrityError
 
-from digest_pipeline.adapters.sql.base import CHUNK, KEYS, SqlBase
+from digest_pipeline.adapters.sql.base import CHUNK, KEYS, SqlBase, insert_rows
 from digest_pipeline.adapters.sql.schema import (
     eligibility_snapshot,
     period_runs,
@@ -64,7 +63,7 @@ class SqlSnapshots(SqlBase, SnapshotStore):
 
             try:
                 for chunk in chunked(rows(), CHUNK):
-                    conn.execute(insert(eligibility_snapshot), chunk)
+                    insert_rows(conn, eligibility_snapshot, chunk)
             except IntegrityError as e:
                 raise ValueError(f"duplicate customer id in the snapshot of {period}") from e
             conn.execute(
