@@ -4,8 +4,8 @@ scale-out, in order, each printing its table and writing JSON.
 Run under `scripts/pg-test-cluster.sh` (and `scripts/redis-test-server.sh` for Celery) for the
 PostgreSQL variants; without `DIGEST_TEST_DATABASE_URL` (or `DIGEST_TEST_REDIS_URL`) they are
 reported as skipped. `--sizes` sets the end-to-end customer counts, or, with `--only`, the one
-size the chosen benchmark takes (side/scale/ui/celery: customers, latency: the minimum items per
-level).
+size the chosen benchmark takes (floor/side/scale/ui/celery: customers, latency: the minimum
+items per level).
 """
 
 import argparse
@@ -15,9 +15,18 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks import celery_scale, common, e2e, latency, scale_out, side_by_side, ui_launch
+from benchmarks import (
+    celery_scale,
+    common,
+    e2e,
+    floor,
+    latency,
+    scale_out,
+    side_by_side,
+    ui_launch,
+)
 
-ORDER = ("e2e", "side", "latency", "scale", "ui", "celery")
+ORDER = ("e2e", "floor", "side", "latency", "scale", "ui", "celery")
 
 
 def _plans(a: argparse.Namespace) -> dict[str, Callable[[], Any]]:
@@ -31,6 +40,11 @@ def _plans(a: argparse.Namespace) -> dict[str, Callable[[], Any]]:
                 executors=a.executors,
                 max_run_seconds=a.max_run_seconds,
                 json_dir=a.json_dir,
+            )
+        ),
+        "floor": lambda: floor.run(
+            floor.Options(
+                customers=first if only and first else floor.CUSTOMERS, json_dir=a.json_dir
             )
         ),
         "side": lambda: side_by_side.run(

@@ -7,7 +7,16 @@ from typing import Any
 
 import pytest
 
-from benchmarks import celery_scale, common, e2e, latency, scale_out, side_by_side, ui_launch
+from benchmarks import (
+    celery_scale,
+    common,
+    e2e,
+    floor,
+    latency,
+    scale_out,
+    side_by_side,
+    ui_launch,
+)
 from digest_pipeline_tests.conftest import require_postgres_url, require_redis_url
 from digest_pipeline_tests.dagster.harness import project
 
@@ -166,3 +175,33 @@ def test_the_celery_rows_account_for_every_send_with_no_duplicate(tmp_path):
     assert (row["mailer_dup_sends"], row["ledger_double_sends"]) == (0, 0)
     assert row["batches"] == row["expected_batches"] > 1
     assert row["workers_used"] >= 1
+
+
+@pytest.mark.integration
+def test_a_postgres_row_counts_what_the_server_ran_and_dagsters_event_rows(tmp_path):
+    require_postgres_url()
+    e2e.run(
+        e2e.Options(
+            sizes=[150],
+            backends=["postgres"],
+            mailers=["inproc"],
+            executors=["inproc"],
+            json_dir=tmp_path,
+        )
+    )
+    [row] = load(tmp_path, "e2e")["rows"]
+    assert_clean_run(row)
+    # pg_stat_statements is preloaded by scripts/pg-test-cluster.sh: a count, not a skip
+    assert row["server_statements"] >= row["server_transactions"] > 0
+    assert row["srv_stmts_per_cust"] > 0
+    # Dagster's events for the steps, and no line per item (about six events a step)
+    assert 0 < row["event_rows"] < 10 * row["steps"]
+
+
+@pytest.mark.integration
+def test_the_sql_floor_takes_every_item_of_a_week_to_cleaned(tmp_path):
+    require_postgres_url()
+    floor.run(floor.Options(customers=500, chunk=120, json_dir=tmp_path))
+    [row] = load(tmp_path, "floor")["rows"]
+    # every item claimed, attempted, recorded sent and cleaned, chunk after chunk
+    assert row["cleaned"] == row["customers"] == 500
