@@ -8,6 +8,7 @@ from sqlalchemy import (
     ColumnElement,
     Connection,
     and_,
+    bindparam,
     exists,
     func,
     insert,
@@ -16,6 +17,7 @@ from sqlalchemy import (
     tuple_,
     update,
 )
+from sqlalchemy.dialects import postgresql
 
 from digest_pipeline.adapters.sql import rows as sql_rows
 from digest_pipeline.adapters.sql.base import (
@@ -86,6 +88,58 @@ def _update_values(t: Transition) -> dict[str, Any]:
     if t.has(Reopen) or t.has(ClearDedupe):
         values["dedupe_until"] = None
     return values
+
+
+def _start_on_pg() -> Any:
+    """`start_attempts` on PostgreSQL: the attempts of claims still held, in one statement.
+
+    Built once, so SQLAlchemy neither rebuilds it nor recomputes its cache key per wave.
+    """
+    at = bindparam("s_now", type_=wi.c.updated_at.type)
+    held = (
+        func.unnest(
+            bindparam("s_keys", type_=postgresql.ARRAY(wi.c.operation_key.type)),
+            bindparam("s_tokens", type_=postgresql.ARRAY(wi.c.lease_token.type)),
+        )
+        .table_valued("k", "t")
+        .render_derived(name="held")
+    )
+    started = (
+        update(wi)
+        .where(
+            wi.c.operation_key == held.c.k,
+            wi.c.lease_token == held.c.t,
+            wi.c.state == DeliveryState.CLAIMED.value,
+            wi.c.lease_expires_at > at,
+        )
+        .values(
+            attempts=wi.c.attempts + 1,
+            budget_used=wi.c.budget_used + 1,
+            first_attempt_at=func.coalesce(wi.c.first_attempt_at, at),
+            window_started_at=func.coalesce(wi.c.window_started_at, at),
+            last_attempt_at=at,
+            updated_at=at,
+        )
+        .returning(wi.c.operation_key, wi.c.attempts, wi.c.lease_token)
+        .cte("started")
+    )
+    source = select(
+        started.c.operation_key,
+        started.c.attempts,
+        started.c.lease_token,
+        bindparam("s_worker", type_=attempts.c.worker.type),
+        at,
+        literal(False),
+    )
+    columns = ["operation_key", "number", "lease_token", "worker", "started_at", "duplicate"]
+    return (
+        insert(attempts)
+        .from_select(columns, source)
+        .returning(attempts.c.operation_key, attempts.c.number, attempts.c.attempt_id)
+    )
+
+
+_START_ON_PG = _start_on_pg()
 
 
 class SqlWorkQueue(SqlBase, WorkQueue):
@@ -189,6 +243,30 @@ class SqlWorkQueue(SqlBase, WorkQueue):
             return []
         numbers: dict[str, int] = {}
         ids: dict[str, int] = {}
+        owners = {c.owner for c in claims}
+        if self._pg and len(owners) == 1:
+            # one statement a chunk: the guarded UPDATE as a CTE feeding the INSERT of attempts
+            with self._engine.begin() as conn:
+                for chunk in chunked(claims, KEYS):
+                    params = {
+                        "s_keys": [str(c.key) for c in chunk],
+                        "s_tokens": [c.token for c in chunk],
+                        "s_now": now,
+                        "s_worker": next(iter(owners)),
+                    }
+                    for key, number, attempt_id in conn.execute(_START_ON_PG, params):
+                        numbers[key], ids[key] = number, attempt_id
+                missing = self._missing_or_lost(
+                    conn,
+                    [c.key for c in claims if str(c.key) not in numbers],
+                    "lease lost before the attempt started",
+                )
+            return [
+                AttemptTicket(ids[k], c.key, numbers[k], c.token, now)
+                if (k := str(c.key)) in numbers
+                else missing[k]
+                for c in claims
+            ]
         with self._engine.begin() as conn:
             for chunk in chunked(claims, KEYS):
                 guard = [(str(c.key), c.token) for c in chunk]
