@@ -90,6 +90,23 @@ def _update_values(t: Transition) -> dict[str, Any]:
     return values
 
 
+def _still_held(at: Any) -> tuple[ColumnElement[bool], ...]:
+    """An attempt may start only on a claim whose lease has not run out (`at`: value or param)."""
+    return (wi.c.state == DeliveryState.CLAIMED.value, wi.c.lease_expires_at > at)
+
+
+def _starting(at: Any) -> dict[str, Any]:
+    """What starting an attempt sets on its item: the count, the budget and the first times."""
+    return {
+        "attempts": wi.c.attempts + 1,
+        "budget_used": wi.c.budget_used + 1,
+        "first_attempt_at": func.coalesce(wi.c.first_attempt_at, at),
+        "window_started_at": func.coalesce(wi.c.window_started_at, at),
+        "last_attempt_at": at,
+        "updated_at": at,
+    }
+
+
 def _start_on_pg() -> Any:
     """`start_attempts` on PostgreSQL: the attempts of claims still held, in one statement.
 
@@ -109,17 +126,9 @@ def _start_on_pg() -> Any:
         .where(
             wi.c.operation_key == held.c.k,
             wi.c.lease_token == held.c.t,
-            wi.c.state == DeliveryState.CLAIMED.value,
-            wi.c.lease_expires_at > at,
+            *_still_held(at),
         )
-        .values(
-            attempts=wi.c.attempts + 1,
-            budget_used=wi.c.budget_used + 1,
-            first_attempt_at=func.coalesce(wi.c.first_attempt_at, at),
-            window_started_at=func.coalesce(wi.c.window_started_at, at),
-            last_attempt_at=at,
-            updated_at=at,
-        )
+        .values(_starting(at))
         .returning(wi.c.operation_key, wi.c.attempts, wi.c.lease_token)
         .cte("started")
     )
@@ -244,9 +253,9 @@ class SqlWorkQueue(SqlBase, WorkQueue):
         numbers: dict[str, int] = {}
         ids: dict[str, int] = {}
         owners = {c.owner for c in claims}
-        if self._pg and len(owners) == 1:
-            # one statement a chunk: the guarded UPDATE as a CTE feeding the INSERT of attempts
-            with self._engine.begin() as conn:
+        with self._engine.begin() as conn:
+            if self._pg and len(owners) == 1:
+                # one statement a chunk: the guarded UPDATE as a CTE feeding the INSERT
                 for chunk in chunked(claims, KEYS):
                     params = {
                         "s_keys": [str(c.key) for c in chunk],
@@ -256,64 +265,8 @@ class SqlWorkQueue(SqlBase, WorkQueue):
                     }
                     for key, number, attempt_id in conn.execute(_START_ON_PG, params):
                         numbers[key], ids[key] = number, attempt_id
-                missing = self._missing_or_lost(
-                    conn,
-                    [c.key for c in claims if str(c.key) not in numbers],
-                    "lease lost before the attempt started",
-                )
-            return [
-                AttemptTicket(ids[k], c.key, numbers[k], c.token, now)
-                if (k := str(c.key)) in numbers
-                else missing[k]
-                for c in claims
-            ]
-        with self._engine.begin() as conn:
-            for chunk in chunked(claims, KEYS):
-                guard = [(str(c.key), c.token) for c in chunk]
-                numbers.update(
-                    conn.execute(
-                        update(wi)
-                        .where(
-                            # the plain IN gives SQLite an index to use; it scans for row values
-                            wi.c.operation_key.in_([k for k, _ in guard]),
-                            tuple_(wi.c.operation_key, wi.c.lease_token).in_(guard),
-                            wi.c.state == DeliveryState.CLAIMED.value,
-                            wi.c.lease_expires_at > now,
-                        )
-                        .values(
-                            attempts=wi.c.attempts + 1,
-                            budget_used=wi.c.budget_used + 1,
-                            first_attempt_at=func.coalesce(wi.c.first_attempt_at, now),
-                            window_started_at=func.coalesce(wi.c.window_started_at, now),
-                            last_attempt_at=now,
-                            updated_at=now,
-                        )
-                        .returning(wi.c.operation_key, wi.c.attempts)
-                    ).all()
-                )
-            rows = [
-                {
-                    "operation_key": str(c.key),
-                    "number": numbers[str(c.key)],
-                    "lease_token": c.token,
-                    "worker": c.owner,
-                    "started_at": now,
-                    "duplicate": False,
-                }
-                for c in claims
-                if str(c.key) in numbers
-            ]
-            if rows:
-                ids.update(
-                    conn.execute(
-                        insert(attempts).returning(
-                            attempts.c.operation_key,
-                            attempts.c.attempt_id,
-                            sort_by_parameter_order=True,
-                        ),
-                        rows,
-                    ).all()
-                )
+            else:
+                self._start_in_two_statements(conn, claims, now, numbers, ids)
             missing = self._missing_or_lost(
                 conn,
                 [c.key for c in claims if str(c.key) not in numbers],
@@ -325,6 +278,54 @@ class SqlWorkQueue(SqlBase, WorkQueue):
             else missing[k]
             for c in claims
         ]
+
+    def _start_in_two_statements(
+        self,
+        conn: Connection,
+        claims: Sequence[Claim],
+        now: datetime,
+        numbers: dict[str, int],
+        ids: dict[str, int],
+    ) -> None:
+        """SQLite's (and mixed owners') form: the guarded UPDATE, then the INSERT of attempts."""
+        for chunk in chunked(claims, KEYS):
+            guard = [(str(c.key), c.token) for c in chunk]
+            numbers.update(
+                conn.execute(
+                    update(wi)
+                    .where(
+                        # the plain IN gives SQLite an index to use; it scans for row values
+                        wi.c.operation_key.in_([k for k, _ in guard]),
+                        tuple_(wi.c.operation_key, wi.c.lease_token).in_(guard),
+                        *_still_held(now),
+                    )
+                    .values(_starting(now))
+                    .returning(wi.c.operation_key, wi.c.attempts)
+                ).all()
+            )
+        rows = [
+            {
+                "operation_key": str(c.key),
+                "number": numbers[str(c.key)],
+                "lease_token": c.token,
+                "worker": c.owner,
+                "started_at": now,
+                "duplicate": False,
+            }
+            for c in claims
+            if str(c.key) in numbers
+        ]
+        if rows:
+            ids.update(
+                conn.execute(
+                    insert(attempts).returning(
+                        attempts.c.operation_key,
+                        attempts.c.attempt_id,
+                        sort_by_parameter_order=True,
+                    ),
+                    rows,
+                ).all()
+            )
 
     def complete_many(
         self, results: Sequence[tuple[AttemptTicket, SendOutcome, Transition]]
