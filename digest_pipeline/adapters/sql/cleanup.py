@@ -12,7 +12,7 @@ from sqlalchemy import (
     update,
 )
 
-from digest_pipeline.adapters.sql.base import KEYS, SqlBase, insert_rows, wi
+from digest_pipeline.adapters.sql.base import KEYS, SqlBase, insert_rows, one_of, wi
 from digest_pipeline.adapters.sql.schema import (
     cleanups,
     digest_rows,
@@ -57,12 +57,14 @@ class SqlCleaner(SqlBase, Cleaner):
         """
         keys = [str(k) for k, _ in items]
         locked = select(wi.c.operation_key, wi.c.state, wi.c.lease_token).where(
-            wi.c.operation_key.in_(keys)
+            one_of(wi.c.operation_key, keys, self._pg)
         )
         current = {k: (state, token) for k, state, token in conn.execute(locked.with_for_update())}
         cleaned = set(
             conn.execute(
-                select(cleanups.c.operation_key).where(cleanups.c.operation_key.in_(keys))
+                select(cleanups.c.operation_key).where(
+                    one_of(cleanups.c.operation_key, keys, self._pg)
+                )
             ).scalars()
         )
         movable = [
@@ -76,7 +78,7 @@ class SqlCleaner(SqlBase, Cleaner):
             rows = dict(
                 conn.execute(
                     select(dr.c.operation_key, func.count())
-                    .where(dr.c.operation_key.in_(movable))
+                    .where(one_of(dr.c.operation_key, movable, self._pg))
                     .group_by(dr.c.operation_key)
                 ).all()
             )
@@ -97,7 +99,10 @@ class SqlCleaner(SqlBase, Cleaner):
             )
             conn.execute(
                 update(wi)
-                .where(wi.c.operation_key.in_(movable), wi.c.state == DeliveryState.SENT.value)
+                .where(
+                    one_of(wi.c.operation_key, movable, self._pg),
+                    wi.c.state == DeliveryState.SENT.value,
+                )
                 .values(state=DeliveryState.CLEANED.value, cleaned_at=now, updated_at=now)
             )
             self._remove_rows(conn, movable, mode, now)
@@ -130,6 +135,6 @@ class SqlCleaner(SqlBase, Cleaner):
             source = select(
                 *[dr.c[n] for n in names],
                 literal(now, digest_rows_archive.c.archived_at.type),
-            ).where(dr.c.operation_key.in_(keys))
+            ).where(one_of(dr.c.operation_key, keys, self._pg))
             conn.execute(insert(digest_rows_archive).from_select([*names, "archived_at"], source))
-        conn.execute(dr.delete().where(dr.c.operation_key.in_(keys)))
+        conn.execute(dr.delete().where(one_of(dr.c.operation_key, keys, self._pg)))

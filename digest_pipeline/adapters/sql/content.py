@@ -7,7 +7,7 @@ from sqlalchemy import (
     select,
 )
 
-from digest_pipeline.adapters.sql.base import CHUNK, KEYS, SqlBase, insert_rows, wi
+from digest_pipeline.adapters.sql.base import CHUNK, KEYS, SqlBase, insert_rows, one_of, wi
 from digest_pipeline.adapters.sql.schema import (
     digest_rows,
 )
@@ -50,7 +50,7 @@ class SqlContent(SqlBase, ContentStore):
             for chunk in chunked(by_name, KEYS):
                 q = (
                     select(dr.c.operation_key, dr.c.position, dr.c.payload)
-                    .where(dr.c.operation_key.in_(chunk))
+                    .where(one_of(dr.c.operation_key, chunk, self._pg))
                     .order_by(dr.c.operation_key, dr.c.position, dr.c.row_id)
                 )
                 for name, position, payload in conn.execute(q):
@@ -64,7 +64,11 @@ class SqlContent(SqlBase, ContentStore):
         dr = digest_rows
         with self._engine.connect() as conn:
             for chunk in chunked(by_name, KEYS):
-                q = select(dr.c.operation_key).where(dr.c.operation_key.in_(chunk)).distinct()
+                q = (
+                    select(dr.c.operation_key)
+                    .where(one_of(dr.c.operation_key, chunk, self._pg))
+                    .distinct()
+                )
                 found.update(by_name[name] for name in conn.execute(q).scalars())
         return found
 

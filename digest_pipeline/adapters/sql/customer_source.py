@@ -12,6 +12,7 @@ from datetime import datetime
 from sqlalchemy import Engine, create_engine, select
 from sqlalchemy.pool import NullPool
 
+from digest_pipeline.adapters.sql.base import one_of
 from digest_pipeline.adapters.sql.engine import guard_engine_errors
 from digest_pipeline.adapters.sql.schema import customers, orders, products
 from digest_pipeline.domain.catalogue import Order, Product
@@ -93,12 +94,13 @@ class SqlCustomerSource(CustomerSource):
         self, customer_ids: Sequence[str], since: datetime, until: datetime
     ) -> Iterator[Order]:
         o = orders.c
+        pg = self._engine.dialect.name == "postgresql"
         with self._engine.connect() as conn:
             for ids in chunked(sorted(set(customer_ids)), IDS):
                 # the IN list is what makes this cheap: it reads the customers' rows off the
                 # customer_id index instead of scanning the window for each chunk of customers
                 q = select(o.order_id, o.customer_id, o.product_id, o.ordered_at).where(
-                    o.customer_id.in_(ids), o.ordered_at >= since, o.ordered_at < until
+                    one_of(o.customer_id, ids, pg), o.ordered_at >= since, o.ordered_at < until
                 )
                 for r in conn.execute(q):
                     yield Order(r.order_id, r.customer_id, r.product_id, r.ordered_at)

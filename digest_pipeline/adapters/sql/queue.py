@@ -26,6 +26,7 @@ from digest_pipeline.adapters.sql.base import (
     SqlBase,
     audit_row,
     due_clause,
+    one_of,
     update_many,
     wi,
 )
@@ -379,7 +380,7 @@ class SqlWorkQueue(SqlBase, WorkQueue):
         for chunk in chunked(sorted({str(t.key) for t in ts}), KEYS):
             q = (
                 select(wi.c.operation_key, wi.c.state, wi.c.lease_token)
-                .where(wi.c.operation_key.in_(chunk))
+                .where(one_of(wi.c.operation_key, chunk, self._pg))
                 .order_by(wi.c.operation_key)
                 .with_for_update()
             )
