@@ -11,7 +11,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.exc import IntegrityError
 
-from digest_pipeline.adapters.sql.base import CHUNK, KEYS, SqlBase, insert_rows
+from digest_pipeline.adapters.sql.base import CHUNK, KEYS, SqlBase, insert_rows, one_of
 from digest_pipeline.adapters.sql.schema import (
     eligibility_snapshot,
     period_runs,
@@ -108,6 +108,19 @@ class SqlSnapshots(SqlBase, SnapshotStore):
         }
         found: dict[OperationKey, str] = {}
         with self._engine.connect() as conn:
+            if self._pg:
+                # one array of customer ids a period (a claim's keys are nearly always one week)
+                periods: dict[str, list[str]] = {}
+                for period, customer_id in by_customer:
+                    periods.setdefault(period, []).append(customer_id)
+                for period, ids in periods.items():
+                    for part in chunked(ids, CHUNK):
+                        lookup = select(es.c.customer_id, es.c.recipient).where(
+                            es.c.period == period, one_of(es.c.customer_id, part, True)
+                        )
+                        rows = conn.execute(lookup)
+                        found.update((by_customer[(period, c)], r) for c, r in rows)
+                return found
             for chunk in chunked(by_customer, KEYS):
                 q = select(es.c.period, es.c.customer_id, es.c.recipient).where(
                     # plain INs first: an index search on SQLite, which scans for row values
