@@ -146,11 +146,12 @@ def _checked_pick(
 
 
 #: a week's rows show a few hundred products to every customer: each one is checked once
-#: (a refusal is not cached, so it is raised again with its own row's name)
-_cached_pick = lru_cache(maxsize=4096)(_checked_pick)
+#: (a refusal is not cached, so it is raised again with its own row's name); `typed`, since
+#: `1 == 1.0 == True` as keys, and `str()` of each differs
+_cached_pick = lru_cache(maxsize=4096, typed=True)(_checked_pick)
 _PICK_FIELDS = ("title", "url", "image_url", "price", "currency")
-#: `True == 1` as a cache key, so a boolean field (never a real price) takes the uncached path
-_SCALARS = (str, int, float, type(None))
+#: the JSON scalars, hashable; anything else takes the uncached path
+_SCALARS = (str, int, float, bool, type(None))
 
 
 def pick_of(key: OperationKey, row: DigestRow) -> _Pick:

@@ -140,7 +140,8 @@ def insert_rows(conn: Connection, table: Table, rows: Sequence[Mapping[str, Any]
         conn.execute(insert(table), rows)
         return
     names = list(rows[0])
-    bind = [table.c[n].type._cached_bind_processor(conn.dialect) for n in names]
+    # each column's own bind processing (UTC timestamps, JSON), as an INSERT would apply it
+    bind = [table.c[n].type.dialect_impl(conn.dialect).bind_processor(conn.dialect) for n in names]
     quote = conn.dialect.identifier_preparer.quote
     statement = f"COPY {quote(table.name)} ({', '.join(map(quote, names))}) FROM STDIN"
     raw = conn.connection.driver_connection
