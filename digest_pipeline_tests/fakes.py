@@ -50,6 +50,7 @@ from digest_pipeline.domain.model import (
     LookupStatus,
     MailerCapabilities,
     Message,
+    Reopen,
     SnapshotEntry,
     SnapshotInfo,
     SnapshotReceipt,
@@ -589,7 +590,7 @@ class FakeLedger(Ledger):
         updated = transitions.apply(self._require_locked(t.key), t)
 
         replayed: list[tuple[int, DeadLetterRecord]] = []
-        if t.target is DeliveryState.PENDING:
+        if t.has(Reopen):  # a replay marks the key's dead letters replayed
             replayed = [
                 (i, replace(d, replayed_at=t.at))
                 for i, d in enumerate(self._dead_letters)

@@ -447,9 +447,7 @@ class SqlWorkQueue(SqlBase, WorkQueue):
         ]
         if dead:
             conn.execute(insert(dead_letters), dead)
-        reopened = [
-            ((str(t.key),), {"replayed_at": t.at}) for t in ts if t.target is DeliveryState.PENDING
-        ]
+        reopened = [((str(t.key),), {"replayed_at": t.at}) for t in ts if t.has(Reopen)]
         if reopened:
             update_many(
                 conn,
