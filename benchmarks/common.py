@@ -65,10 +65,17 @@ class Backend:
     dagster_pg_url: str | None
 
 
+def conninfo(url: str, database: str | None = None) -> str:
+    """A SQLAlchemy URL (any PostgreSQL driver) as psycopg's connection string, password kept."""
+    parsed = make_url(url).set(drivername="postgresql")
+    if database is not None:
+        parsed = parsed.set(database=database)
+    return parsed.render_as_string(hide_password=False)
+
+
 def _admin(statement: str, database: str) -> None:
     """`CREATE DATABASE` / `DROP DATABASE` run from the cluster's `postgres` database."""
-    url = make_url(os.environ[PG_URL_ENV]).set(drivername="postgresql", database="postgres")
-    with psycopg.connect(url.render_as_string(hide_password=False), autocommit=True) as conn:
+    with psycopg.connect(conninfo(os.environ[PG_URL_ENV], "postgres"), autocommit=True) as conn:
         conn.execute(sql.SQL(statement).format(sql.Identifier(database)))
 
 
@@ -179,19 +186,16 @@ class ServerStatements:
 
     def __init__(self, ledger_url: str) -> None:
         self._url = make_url(ledger_url)
+        self._conninfo = conninfo(ledger_url)
         self.count: int | None = None
         self.transactions: int | None = None
         self._ready = False
-
-    def _conninfo(self) -> str:
-        url = self._url.set(drivername="postgresql")
-        return url.render_as_string(hide_password=False)
 
     def __enter__(self) -> "ServerStatements":
         if self._url.get_backend_name() != "postgresql":
             return self
         try:
-            with psycopg.connect(self._conninfo(), autocommit=True) as conn:
+            with psycopg.connect(self._conninfo, autocommit=True) as conn:
                 conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
                 conn.execute("SELECT pg_stat_statements_reset()")
         except psycopg.Error:
@@ -209,7 +213,7 @@ class ServerStatements:
              WHERE toplevel AND dbid = (SELECT oid FROM pg_database WHERE datname = %s)
                AND query !~* 'pg_stat_statements'
         """
-        with psycopg.connect(self._conninfo(), autocommit=True) as conn:
+        with psycopg.connect(self._conninfo, autocommit=True) as conn:
             row = conn.execute(query, (self._url.database,)).fetchone()
         assert row is not None
         self.count, self.transactions = int(row[0]), int(row[1])

@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
-from sqlalchemy.engine import make_url
 
 from benchmarks import common
 from digest_pipeline.adapters.sql.engine import create_ledger_engine, migrate
@@ -212,8 +211,7 @@ def run(opts: Options) -> dict[str, Any]:
             migrate(engine)
         finally:
             engine.dispose()
-        url = make_url(backend.ledger_url).set(drivername="postgresql")
-        row = measure(url.render_as_string(hide_password=False), opts.customers, opts.chunk)
+        row = measure(common.conninfo(backend.ledger_url), opts.customers, opts.chunk)
     common.print_table(
         "SQL floor: the ledger's writes for one week as set-based statements (PostgreSQL, no"
         " Dagster, no Python per item); compare with the end-to-end rows' phases",

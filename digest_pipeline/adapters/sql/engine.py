@@ -268,16 +268,10 @@ def _replacement(ctx: ExceptionContext) -> LedgerDatabaseError | None:
     return twin(message, orig, connection_invalidated=ctx.is_disconnect)
 
 
-#: a driver error class by DB-API name, for errors raised outside SQLAlchemy (a raw COPY)
+#: the same twins by DB-API class name, for a driver error raised past SQLAlchemy (a raw COPY):
+#: SQLAlchemy's wrappers are named after the DB-API classes they wrap
 _DBAPI_TWINS: dict[str, type[LedgerDatabaseError]] = {
-    "InterfaceError": LedgerInterfaceError,
-    "DataError": LedgerDataError,
-    "OperationalError": LedgerOperationalError,
-    "IntegrityError": LedgerIntegrityError,
-    "InternalError": LedgerInternalError,
-    "ProgrammingError": LedgerProgrammingError,
-    "NotSupportedError": LedgerNotSupportedError,
-    "DatabaseError": LedgerDatabaseFault,
+    c.__name__: twin for c, twin in _TWINS.items() if issubclass(c, sa_exc.DBAPIError)
 }
 
 
