@@ -38,7 +38,10 @@ class BenchMailer(Mailer):
 
     @property
     def capabilities(self) -> MailerCapabilities:
-        return MailerCapabilities(idempotency_window=None, can_lookup=False)
+        # with no latency it is a local call; with one, it stands for a provider's round trip
+        return MailerCapabilities(
+            idempotency_window=None, can_lookup=False, remote=self._latency > 0
+        )
 
     def send(self, message: Message, *, idempotency_key: str) -> SendOutcome:
         if self._latency:

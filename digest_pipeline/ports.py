@@ -5,12 +5,19 @@ contract suite runs the same assertions over both.
 """
 
 from abc import ABC, abstractmethod
+from collections import Counter
 from collections.abc import Collection, Iterable, Iterator, Sequence
 from datetime import datetime, timedelta
 
 from digest_pipeline.domain.catalogue import Order, Product
 from digest_pipeline.domain.errors import DigestError
 from digest_pipeline.domain.failures import SendOutcome
+from digest_pipeline.domain.feedback import (
+    EventClaim,
+    EventOutcome,
+    EventRecord,
+    Suppression,
+)
 from digest_pipeline.domain.model import (
     Attempt,
     AttemptTicket,
@@ -65,6 +72,13 @@ class CustomerSource(ABC):
     @abstractmethod
     def orders(self, since: datetime, until: datetime) -> Iterator[Order]:
         """Streams the order lines with `since <= ordered_at < until`, oldest first."""
+
+    def popularity(self, since: datetime, until: datetime) -> Counter[str]:
+        """Order lines per product id in `[since, until)`: the ranking content picks from.
+
+        This default counts `orders`; a database source counts where the rows are.
+        """
+        return Counter(o.product_id for o in self.orders(since, until))
 
     def orders_of(
         self, customer_ids: Sequence[str], since: datetime, until: datetime
@@ -229,6 +243,21 @@ class WorkQueue(ABC):
         attempt is closed either way, as evidence for reconciliation.
         """
 
+    def record_and_start(
+        self,
+        results: Sequence[tuple[AttemptTicket, SendOutcome, Transition]],
+        claims: Sequence[Claim],
+        now: datetime,
+    ) -> tuple[list[DigestError | None], list[AttemptTicket | DigestError]]:
+        """`complete_many(results)`, then `start_attempts(claims, now)`, as one step.
+
+        A worker records the waves that finished and starts the next ones with it.
+        A database ledger does both in one transaction (one commit a wave, not two); the
+        attempts it closes are closed before the ones it starts are opened, so a worker's open
+        attempts never add up to more than the two calls would hold.
+        """
+        return self.complete_many(results), self.start_attempts(claims, now)
+
     @abstractmethod
     def apply(self, transition: Transition) -> None:
         """Applies one guarded transition that closes no attempt."""
@@ -332,3 +361,44 @@ class Ledger(SnapshotStore, ContentStore, WorkQueue, Cleaner, ReadModel, AuditTr
     The adapters implement it whole; a service names the roles it uses in its signature where
     it needs fewer. Implementations must be safe to call from many threads.
     """
+
+
+class FeedbackStore(ABC):
+    """What `digest serve` records: the suppression list and the provider events (issue 16).
+
+    Both are idempotent by their keys: one suppression per customer (the first reason wins) and
+    one event per (provider, event id). Neither holds an address or message content.
+    """
+
+    @abstractmethod
+    def known_customer(self, customer_id: str) -> bool:
+        """Whether the shop's source or any frozen snapshot knows the customer id."""
+
+    @abstractmethod
+    def suppress(self, suppression: Suppression) -> bool:
+        """Adds the customer to the suppression list; False when they were on it already."""
+
+    @abstractmethod
+    def suppressions(self) -> list[Suppression]:
+        """The suppression list, by customer id."""
+
+    @abstractmethod
+    def key_of_provider_message(self, provider_message_id: str) -> OperationKey | None:
+        """The operation key whose attempt the provider gave this message id, if any."""
+
+    @abstractmethod
+    def begin_event(self, record: EventRecord, lease: timedelta) -> EventClaim:
+        """Records the event as `received` once per (provider, event id), or says why not.
+
+        NEW and RESUMED let the caller apply it (a `received` row older than `lease` is an
+        abandoned one, taken over with a compare-and-set on its time); IN_PROGRESS means another
+        request holds it; DONE carries the outcome recorded before.
+        """
+
+    @abstractmethod
+    def finish_event(self, provider: str, event_id: str, outcome: EventOutcome) -> None:
+        """Records the outcome of a `received` event (only the first finish counts)."""
+
+    @abstractmethod
+    def provider_events(self) -> list[EventRecord]:
+        """Every recorded event, by provider and event id."""

@@ -24,6 +24,13 @@ from digest_pipeline.domain.errors import DigestError, InvalidPolicy
 from digest_pipeline.domain.model import CleanupMode
 from digest_pipeline.domain.policy import DeliveryPolicy
 from digest_pipeline.domain.retry import RetryPolicy
+from digest_pipeline.domain.unsubscribe import DEMO_UNSUBSCRIBE_SECRET
+from digest_pipeline.domain.webhooks import (
+    DEFAULT_TOLERANCE,
+    PROVIDER_NAME,
+    InvalidWebhookSecret,
+    parse_secret,
+)
 
 T = TypeVar("T")
 MAILERS = ("outbox", "smtp", "http")
@@ -49,6 +56,8 @@ SECONDS_RANGES: dict[str, tuple[float, float]] = {
     "DIGEST_SMTP_TIMEOUT_SECONDS": (0.1, 3_600.0),
     "DIGEST_PROVIDER_TIMEOUT_SECONDS": (0.1, 3_600.0),
     "DIGEST_PROVIDER_IDEMPOTENCY_WINDOW_SECONDS": (1.0, 30 * _DAY),
+    # a signed webhook older (or newer) than this is refused; an hour covers any clock skew
+    "DIGEST_WEBHOOK_TOLERANCE_SECONDS": (1.0, 3_600.0),
 }
 #: (least, most) each whole-number setting accepts
 INT_RANGES: dict[str, tuple[int, int]] = {
@@ -93,6 +102,21 @@ class ProviderSettings:
 
 
 @dataclass(frozen=True)
+class WebhookSecret:
+    """One provider's webhook signing key (`DIGEST_WEBHOOK_SECRETS`); a provider may have two."""
+
+    provider: str
+    key: bytes = field(repr=False)
+
+
+#: `digest serve`'s default address; the default unsubscribe link points at it
+DEFAULT_SERVE_HOST, DEFAULT_SERVE_PORT = "127.0.0.1", 8025
+DEFAULT_UNSUBSCRIBE_URL = (
+    f"http://{DEFAULT_SERVE_HOST}:{DEFAULT_SERVE_PORT}/unsubscribe/{{customer_id}}?token={{token}}"
+)
+
+
+@dataclass(frozen=True)
 class Settings:
     database_url: str
     mailer: str
@@ -111,6 +135,17 @@ class Settings:
     operators: frozenset[str] = frozenset()
     #: consecutive same-code failures that stop a delivery run (`DIGEST_BREAKER_THRESHOLD`; 0: off)
     breaker_threshold: int = DEFAULT_THRESHOLD
+    #: the providers whose signed webhooks `digest serve` accepts (`DIGEST_WEBHOOK_SECRETS`)
+    webhook_secrets: tuple[WebhookSecret, ...] = field(default=(), repr=False)
+    #: the replay window of a signed webhook (`DIGEST_WEBHOOK_TOLERANCE_SECONDS`)
+    webhook_tolerance: timedelta = DEFAULT_TOLERANCE
+
+    def webhook_keys(self) -> dict[str, tuple[bytes, ...]]:
+        """Each configured provider's signing keys (two during a rotation)."""
+        keys: dict[str, tuple[bytes, ...]] = {}
+        for s in self.webhook_secrets:
+            keys[s.provider] = (*keys.get(s.provider, ()), s.key)
+        return keys
 
 
 def default_database_url(root: Path) -> str:
@@ -330,20 +365,44 @@ def load_settings(env: Mapping[str, str], root: Path) -> Settings:
         concurrency=whole("DIGEST_CONCURRENCY", 16),
         cleanup_mode=_read(env, "DIGEST_CLEANUP_MODE", CleanupMode.ARCHIVE, CleanupMode),
         unsubscribe_url=_read(
-            env,
-            "DIGEST_UNSUBSCRIBE_URL",
-            "https://shop.example/unsubscribe/{customer_id}?token={token}",
-            _url_template,
+            env, "DIGEST_UNSUBSCRIBE_URL", DEFAULT_UNSUBSCRIBE_URL, _url_template
         ),
-        # The demo default is public; production sets its own, or links can be forged.
-        unsubscribe_secret=_read(env, "DIGEST_UNSUBSCRIBE_SECRET", "demo-unsubscribe-secret", str),
+        # The demo default is public: `digest run` and `digest serve` refuse it outside the demo
+        # (domain/unsubscribe.py), or anyone could forge every customer's link.
+        unsubscribe_secret=_read(env, "DIGEST_UNSUBSCRIBE_SECRET", DEMO_UNSUBSCRIBE_SECRET, str),
         smtp=_smtp(env, required=mailer == "smtp"),
         provider=_provider(env, required=mailer == "http"),
         operators=frozenset(
             name.strip() for name in env.get("DIGEST_OPERATORS", "").split(",") if name.strip()
         ),
         breaker_threshold=whole("DIGEST_BREAKER_THRESHOLD", DEFAULT_THRESHOLD),
+        webhook_secrets=_webhook_secrets(env),
+        webhook_tolerance=duration("DIGEST_WEBHOOK_TOLERANCE_SECONDS", DEFAULT_TOLERANCE),
     )
+
+
+def _webhook_secrets(env: Mapping[str, str]) -> tuple[WebhookSecret, ...]:
+    """`DIGEST_WEBHOOK_SECRETS`: comma-separated `provider=secret` entries.
+
+    A secret is Svix's `whsec_<base64>` or any other text of at least 16 bytes; a provider may
+    be named twice (old and new key during a rotation). A refusal names the entry by position
+    and provider, never by its secret.
+    """
+    found: list[WebhookSecret] = []
+    for n, entry in enumerate(env.get("DIGEST_WEBHOOK_SECRETS", "").split(","), start=1):
+        if not entry.strip():
+            continue
+        provider, sep, secret = (part.strip() for part in entry.partition("="))
+        if not sep or not PROVIDER_NAME.fullmatch(provider):
+            raise InvalidSetting(
+                f"DIGEST_WEBHOOK_SECRETS entry {n}: use PROVIDER=SECRET with a provider name of "
+                "lower-case letters, digits, '_' or '-' (e.g. resend=whsec_...)"
+            )
+        try:
+            found.append(WebhookSecret(provider, parse_secret(secret)))
+        except InvalidWebhookSecret as e:
+            raise InvalidSetting(f"DIGEST_WEBHOOK_SECRETS entry {n} ({provider}): {e}") from e
+    return tuple(found)
 
 
 def _url_template(raw: str) -> str:

@@ -173,6 +173,7 @@ class FakeMailer(Mailer):
         idempotency_window: timedelta | None = timedelta(hours=24),
         can_lookup: bool = True,
         clock: Clock | None = None,
+        remote: bool = True,
     ) -> None:
         if idempotency_window is not None and idempotency_window <= timedelta(0):
             raise ValueError("idempotency_window must be positive")
@@ -180,6 +181,7 @@ class FakeMailer(Mailer):
         self._window = idempotency_window
         self._can_lookup = can_lookup
         self._clock = clock
+        self._remote = remote
         self._lock = threading.Lock()
         self._scripts: dict[str, list[Scripted]] = {}
         self._deliveries: list[Delivery] = []
@@ -203,7 +205,9 @@ class FakeMailer(Mailer):
     # -- the port --------------------------------------------------------------------------
     @property
     def capabilities(self) -> MailerCapabilities:
-        return MailerCapabilities(self._window if self._idempotent else None, self._can_lookup)
+        return MailerCapabilities(
+            self._window if self._idempotent else None, self._can_lookup, self._remote
+        )
 
     def send(self, message: Message, *, idempotency_key: str) -> SendOutcome:
         if idempotency_key != str(message.key):

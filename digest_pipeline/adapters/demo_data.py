@@ -2,7 +2,8 @@
 
 Everything follows from `seed` and `now`, and rows are inserted with `ON CONFLICT DO NOTHING`, so
 seeding again with the same arguments changes nothing. Every address uses a reserved domain
-(RFC 2606); a few are deliberately malformed so the permanent failure path shows.
+(RFC 2606); a few are deliberately malformed so the permanent failure path shows. The ledger is
+marked as holding demo data (`demo_marker`), which alone lets the public demo secret be used.
 """
 
 import random
@@ -15,6 +16,7 @@ from typing import Any
 from sqlalchemy import Connection, Engine, Table
 from sqlalchemy.dialects import postgresql, sqlite
 
+from digest_pipeline.adapters.sql.demo_marker import mark_demo_data
 from digest_pipeline.adapters.sql.engine import migrate
 from digest_pipeline.adapters.sql.schema import customers as customers_table
 from digest_pipeline.adapters.sql.schema import orders as orders_table
@@ -309,6 +311,7 @@ def seed_demo(engine: Engine, *, customers: int, seed: int, now: datetime) -> Se
     tally = _Counts()
     generated = _customers(rng, customers, now, catalogue, tally)
     with engine.begin() as conn:
+        mark_demo_data(conn, now)
         _insert_ignoring_existing(conn, products_table, [p.row for p in catalogue])
         while batch := list(islice(generated, CHUNK)):
             _insert_ignoring_existing(conn, customers_table, [c for c, _ in batch])

@@ -28,6 +28,7 @@ from digest_pipeline.cli import (
     resolve,
     run,
     seed,
+    serve,
     simulate,
     status,
     sweep,
@@ -74,6 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
         regenerate,
         sweep,
         audit,
+        serve,
         simulate,
     ):
         module.register(sub)

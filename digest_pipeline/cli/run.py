@@ -22,6 +22,7 @@ from digest_pipeline.cli.context import (
     require_reason,
     table,
 )
+from digest_pipeline.cli.secrets import require_private_secret
 from digest_pipeline.domain.periods import Period
 from digest_pipeline.domain.states import CLAIMABLE, DeliveryState
 from digest_pipeline.instance import prepare_home
@@ -129,6 +130,9 @@ def run_period(ctx: Context, args: argparse.Namespace) -> int:
     if not (ctx.root / "dagster.yaml").is_file():
         raise UsageError(f"no dagster.yaml in {ctx.root}: run digest from the project folder")
     workspace_origin(ctx.root / WORKSPACE)  # a missing or odd workspace.yaml: one line, now
+    require_reason(args.reason)  # a bad --reason is bad input before any refusal of the ledger
+    # the public demo secret signs links only on the demo's ledger (cli/secrets.py)
+    require_private_secret(ctx, "digest run")
     # last of the checks: a late grant is recorded only when the run can start right after it
     _open_window(ctx, period, args)
     home = prepare_home(ctx.root, ctx.env)

@@ -209,6 +209,8 @@ class PickPlan:
         }
         self._ranked = sorted(by_id, key=lambda p: (-popularity.get(p.product_id, 0), p.product_id))
         self._sold = {pid for pid, n in popularity.items() if n > 0}
+        #: the ranking's sold products, the only ones the category tier takes
+        self._ranked_sold = [p for p in self._ranked if p.product_id in self._sold]
         starts, ends = period.starts_at, period.ends_at
         # `by_id` is in id order and a reverse sort is stable, so equal times stay in id order.
         self._arrivals = sorted(
@@ -223,9 +225,12 @@ class PickPlan:
             raise ValueError(f"limit must not be negative, got {limit}")
         owned = {o.product_id for o in bought}
         categories = {self._category[pid] for pid in owned if pid in self._category}
-        fresh = [p for p in self._ranked if p.product_id not in owned]
-        in_category = (p for p in fresh if p.category in categories and p.product_id in self._sold)
+        # Lazy tiers: a customer needs `limit` picks, not the catalogue filtered three times.
+        in_category = (
+            p for p in self._ranked_sold if p.category in categories and p.product_id not in owned
+        )
         arrivals = (p for p in self._arrivals if p.product_id not in owned)
+        fresh = (p for p in self._ranked if p.product_id not in owned)
         return _first_unique((in_category, arrivals, fresh), limit)
 
 

@@ -275,6 +275,9 @@ class MailerCapabilities:
     idempotency_window: timedelta | None
     #: whether `lookup` can tell whether a key was accepted
     can_lookup: bool
+    #: whether a send waits on a peer across a network; a local one (a file, memory) returns
+    #: faster than the ledger records, so a worker's waves need not overlap (domain/waves.py)
+    remote: bool = True
 
 
 class CleanupMode(StrEnum):

@@ -8,6 +8,7 @@ one customer's digest for one period and never carries an attempt number.
 import re
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
+from functools import cached_property
 
 from digest_pipeline.domain.errors import InvalidCustomerId, InvalidOperationKey, InvalidPeriod
 
@@ -77,6 +78,11 @@ class Period:
         return self.starts_at + timedelta(days=7)
 
     def __str__(self) -> str:
+        return self._text
+
+    @cached_property
+    def _text(self) -> str:
+        # formatted once an instance: keys are turned into text once a row, millions a week
         return f"{self.year}-W{self.week:02d}"
 
 
@@ -113,6 +119,10 @@ class OperationKey:
             raise InvalidOperationKey(f"operation key {text!r}: {e}") from e
 
     def __str__(self) -> str:
+        return self._text
+
+    @cached_property
+    def _text(self) -> str:
         return f"{KEY_PREFIX}:{self.period}:{self.customer_id}"
 
 

@@ -369,6 +369,8 @@ class Evidence(StrEnum):
     IDEMPOTENT_RESEND = "idempotent_resend"
     #: no evidence and the retention ran out
     UNKNOWN_UNRESOLVED = "unknown_unresolved"
+    #: the provider's own signed `delivered` event for the message (`digest serve`)
+    PROVIDER_EVENT = "provider_event"
 
 
 #: recorded outcomes the mailers give only when the provider did not take the message
@@ -450,6 +452,27 @@ def settle_unknown(
         **fields,
     )
     return transition, evidence
+
+
+def delivered_per_provider(
+    item: WorkItem, now: datetime, provider_message_id: str | None, actor: str
+) -> Transition:
+    """An `unknown` item settled as sent by the provider's `delivered` event for it.
+
+    The provider saying it delivered the message is the strongest evidence there is; the move
+    and its audit row (`reconcile`, `evidence:provider_event`) are what reconciliation records.
+    """
+    if item.state is not DeliveryState.UNKNOWN:
+        raise LostRace(f"{item.key}: {item.state.value}; only unknown items are settled by events")
+    return Transition(
+        item.key,
+        DeliveryState.UNKNOWN,
+        item.lease_token,
+        DeliveryState.SENT,
+        now,
+        provider_message_id=provider_message_id,
+        **_reconciled(Evidence.PROVIDER_EVENT, actor),
+    )
 
 
 def _reconciled(evidence: "Evidence", actor: str) -> dict[str, Any]:

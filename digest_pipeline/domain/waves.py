@@ -17,14 +17,16 @@ def claim_size(batch_size: int, concurrency: int) -> int:
     return min(batch_size, CLAIM_WAVES * concurrency)
 
 
-def wave_shape(concurrency: int) -> tuple[int, int]:
+def wave_shape(concurrency: int, remote: bool = True) -> tuple[int, int]:
     """(items a wave, waves in flight) for a worker of `concurrency` sends.
 
-    Waves in flight times wave size never exceeds `concurrency`. Overlapping waves keep the sends
-    going while this thread records; several small waves keep slow sends from idling the pool
-    for long, and a floor of 8 items keeps the statements per item low.
+    Waves in flight times wave size never exceeds `concurrency`. Overlapping waves keep a remote
+    provider's sends going while this thread records; several small waves keep slow sends from
+    idling the pool for long, and a floor of 8 items keeps the statements per item low. A local
+    mailer's sends end before the ledger has recorded anything, so overlap would buy nothing:
+    one wave of `concurrency` a time, half the transactions of two overlapped ones.
     """
-    if concurrency < 2:
-        return 1, 1
+    if concurrency < 2 or not remote:
+        return concurrency, 1
     size = max(1, min(concurrency // 2, max(8, concurrency // 4)))
     return size, concurrency // size

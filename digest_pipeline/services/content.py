@@ -17,7 +17,7 @@ that failed, so one bad row costs that product its place, never a customer their
 """
 
 import logging
-from collections import Counter, defaultdict
+from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -104,7 +104,7 @@ def plan_content(
         raise ValueError(f"lookback must be positive, got {lookback}")
     since, until = period.ends_at - lookback, period.ends_at
     products = {p.product_id: p for p in source.products()}
-    popularity = Counter(o.product_id for o in source.orders(since, until))
+    popularity = source.popularity(since, until)
     plan = PickPlan(products, popularity, period)
     if plan.excluded:
         log_event(

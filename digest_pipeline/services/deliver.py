@@ -99,13 +99,11 @@ class Content:
 
 @dataclass(frozen=True)
 class _Started:
-    """A claim whose attempt is recorded as started, with what its message is made of."""
+    """A claim whose attempt is recorded as started, with its delivery window's close."""
 
     claim: Claim
     ticket: AttemptTicket
     closes_at: datetime | None
-    recipient: str | None
-    rows: list[DigestRow]
 
 
 @dataclass
@@ -114,12 +112,20 @@ class Wave:
 
     claims: list[Claim]
     settled: dict[int, Settled]
-    started: list[tuple[int, _Started]]
-    sends: list[Future[SendOutcome]]
-    #: the started claims' outcomes, in order, once `finish` has recorded them
+    #: claims to start, with their window close and their message (or the failure instead)
+    pending: list[tuple[int, Claim, datetime | None, Message | SendOutcome]] = field(
+        default_factory=list
+    )
+    started: list[tuple[int, _Started]] = field(default_factory=list)
+    sends: list[Future[SendOutcome]] = field(default_factory=list)
+    #: the started claims' outcomes, in order, once the sends are done (`Deliverer.collect`)
     outcomes: list[SendOutcome] = field(default_factory=list)
     #: periods whose claims were given back unsent because the snapshot changed, with the line
     refused: dict[Period, str] = field(default_factory=dict)
+
+    def states(self) -> list[Settled]:
+        """Each claim's state, in the order the claims came (once the wave is recorded)."""
+        return [self.settled[i] for i in range(len(self.claims))]
 
 
 def _done(value: SendOutcome) -> Future[SendOutcome]:
@@ -177,11 +183,14 @@ class Deliverer:
 
         Raises SnapshotTampered, after giving the claim back unsent, for a refused period.
         """
-        wave = self.launch([claim], None)
-        [state] = self.finish(wave)
+        now = self.clock.now()
+        wave = self.prepare([claim], now)
+        self.exchange([], [wave], None, now)
+        self.exchange([self.collect(wave)], [], None, self.clock.now())
         if wave.refused:
             [(period, why)] = wave.refused.items()
             raise SnapshotTampered(why, str(period))
+        [state] = wave.states()
         return state
 
     def give_back(self, claim: Claim, why: str) -> Settled:
@@ -200,25 +209,20 @@ class Deliverer:
         keys = [c.key for c in claims]
         return Content(self.ledger.recipients(keys), self.ledger.digest_rows_of(keys))
 
-    def launch(
-        self,
-        claims: Sequence[Claim],
-        pool: ThreadPoolExecutor | None,
-        content: Content | None = None,
+    def prepare(
+        self, claims: Sequence[Claim], now: datetime, content: Content | None = None
     ) -> Wave:
-        """Records what needs no send and starts the other claims' sends.
+        """Records what needs no send and composes the other claims' messages; sends nothing.
 
-        Their attempts are recorded as started in one transaction before any send; the sends
-        run on `pool`, or here when it is None. `content` may hold the claims' addresses and
-        rows already (read once for a whole claim); otherwise they are read here.
+        `content` may hold the claims' addresses and rows already (read once for a whole
+        claim); otherwise they are read here.
         """
-        wave = Wave(list(claims), {}, [], [])
+        wave = Wave(list(claims), {})
         # Fencing: a claim is checked against its period's snapshot before its attempt starts,
         # whoever claimed it and however long ago; a refused one goes back without an attempt.
         for period in {c.item.period for c in claims}:
             if (why := self.snapshot_refusal(period)) is not None:
                 wave.refused[period] = why
-        now = self.clock.now()
         to_start: list[tuple[int, Claim, datetime | None]] = []
         for i, claim in enumerate(claims):
             if claim.item.period in wave.refused:
@@ -229,56 +233,64 @@ class Deliverer:
                 wave.settled[i] = settled
             else:
                 to_start.append((i, claim, settled))
-        if not to_start:
-            return wave
-        tickets = self.ledger.start_attempts([c for _, c, _ in to_start], now)
-        if content is None:
-            content = self.content(
-                [
-                    c
-                    for (_, c, _), t in zip(to_start, tickets, strict=True)
-                    if isinstance(t, AttemptTicket)
-                ]
+        if to_start and content is None:
+            content = self.content([c for _, c, _ in to_start])
+        for i, claim, closes_at in to_start:
+            assert content is not None
+            message = self._compose(
+                claim, content.recipients.get(claim.key), content.rows.get(claim.key, [])
             )
-        recipients, rows = content.recipients, content.rows
-        for (i, claim, closes_at), ticket in zip(to_start, tickets, strict=True):
-            if isinstance(ticket, DigestError):
-                wave.settled[i] = self._release(claim, ticket)
-                continue
-            started = _Started(
-                claim, ticket, closes_at, recipients.get(claim.key), rows.get(claim.key, [])
-            )
-            wave.started.append((i, started))
-            message = self._compose(started)
-            if isinstance(message, SendOutcome):
-                wave.sends.append(_done(message))
-            elif pool is None:
-                wave.sends.append(_done(self._transmit(message)))
-            else:
-                wave.sends.append(pool.submit(self._transmit, message))
+            wave.pending.append((i, claim, closes_at, message))
         return wave
 
-    def finish(self, wave: Wave) -> list[Settled]:
-        """Waits for the wave's sends and records every outcome in one transaction.
+    def collect(self, wave: Wave) -> Wave:
+        """Waits for the wave's sends; their outcomes, as they will be recorded, go on `wave`."""
+        # A credential refusal is the sender's configuration, not the customer's fault: it is
+        # recorded as transient (retried), never `failed` (domain/breaker.py).
+        wave.outcomes = [as_retryable(f.result()) for f in wave.sends]
+        return wave
 
-        Returns each claim's state, in the order the claims came.
+    def exchange(
+        self,
+        record: Sequence[Wave],
+        start: Sequence[Wave],
+        pool: ThreadPoolExecutor | None,
+        now: datetime,
+    ) -> None:
+        """Records the collected waves and starts the prepared ones in one ledger call.
+
+        Then it sends the started ones (on `pool`, or here when it is None). Every attempt is recorded as started before its send; a recorded wave's states are then
+        on its `settled`.
         """
-        states = dict(wave.settled)
-        if wave.started:
-            # A credential refusal is the sender's configuration, not the customer's fault: it
-            # is recorded as transient (retried), never `failed` (domain/breaker.py).
-            outcomes = [as_retryable(f.result()) for f in wave.sends]
-            wave.outcomes = outcomes
-            results = [
-                (s.ticket, o, self._next(s.claim, o, s.ticket.started_at, s.closes_at))
-                for (_, s), o in zip(wave.started, outcomes, strict=True)
-            ]
-            errors = self.ledger.complete_many(results)
-            for (i, s), (ticket, outcome, transition), error in zip(
-                wave.started, results, errors, strict=True
-            ):
-                states[i] = self._logged(s.claim, ticket, outcome, transition, error)
-        return [states[i] for i in range(len(wave.claims))]
+        results = [
+            (s.ticket, o, self._next(s.claim, o, s.ticket.started_at, s.closes_at))
+            for w in record
+            for (_, s), o in zip(w.started, w.outcomes, strict=True)
+        ]
+        pending = [p for w in start for p in w.pending]
+        if not results and not pending:
+            return
+        errors, tickets = self.ledger.record_and_start(results, [c for _, c, _, _ in pending], now)
+        done = iter(zip(results, errors, strict=True))
+        for w in record:
+            for i, s in w.started:
+                (closed, outcome, transition), error = next(done)
+                w.settled[i] = self._logged(s.claim, closed, outcome, transition, error)
+        issued = iter(zip(pending, tickets, strict=True))
+        for w in start:
+            for _ in range(len(w.pending)):
+                (i, claim, closes_at, message), ticket = next(issued)
+                if isinstance(ticket, DigestError):
+                    w.settled[i] = self._release(claim, ticket)
+                    continue
+                w.started.append((i, _Started(claim, ticket, closes_at)))
+                if isinstance(message, SendOutcome):
+                    w.sends.append(_done(message))
+                elif pool is None:
+                    w.sends.append(_done(self._transmit(message)))
+                else:
+                    w.sends.append(pool.submit(self._transmit, message))
+            w.pending = []
 
     def _settle_without_sending(self, claim: Claim, now: datetime) -> Settled | datetime | None:
         """The recorded state of a claim that must not be sent, or else its window's close.
@@ -317,17 +329,18 @@ class Deliverer:
         log_event("lost_race", logging.WARNING, key=claim.key, step="start", why=lost)
         return LOST_RACE
 
-    def _compose(self, started: _Started) -> Message | SendOutcome:
+    def _compose(
+        self, claim: Claim, recipient: str | None, rows: list[DigestRow]
+    ) -> Message | SendOutcome:
         """The message, or the permanent failure that stops it before anything leaves.
 
         Composing runs on the worker's own thread: the pool threads then mostly wait on the
         network, and the ledger calls between waves do not queue behind them for the GIL.
         """
-        claim, recipient = started.claim, started.recipient
         if recipient is None:
             return SendOutcome.failed(FailureClass.PERMANENT, "no_recipient_in_snapshot")
         try:
-            return self.composer.compose(claim.item, recipient, started.rows)
+            return self.composer.compose(claim.item, recipient, rows)
         except RenderError as e:
             # The refusal names the field and the product (never an address or content); the
             # item's detail stays the stable code `render_error`, the log line says which row.
@@ -421,28 +434,40 @@ class _Run:
     #: why the run stops early: a refused period or the open breaker
     stop: DigestError | None = None
 
-    def bound(self) -> int | None:
-        """Attempts the breaker lets start now (None: no bound)."""
-        return self.breaker.room(sum(len(w.started) for w in self.in_flight))
+    #: no more claims this run: nothing came, `max_items` was reached or `should_continue` said so
+    drained: bool = False
 
-    def settle(self) -> None:
-        """Records the oldest wave in flight and feeds its outcomes to the breaker."""
-        wave = self.in_flight.popleft()
-        self.done.count(self.deliverer.finish(wave))
-        for outcome in wave.outcomes:
-            self.breaker.record(outcome)
-        if self.stop is not None:
-            return
-        if wave.refused:
-            refused, why = next(iter(wave.refused.items()))
-            self.stop = SnapshotTampered(why, str(refused))
-        elif self.breaker.open:
-            where = "" if self.period is None else f"period {self.period}: "
-            self.stop = BreakerOpen(where + self.breaker.reason())
+    def open_attempts(self, fresh: Sequence[Wave] = ()) -> int:
+        """Attempts started (or about to start, in `fresh`) whose outcomes are not recorded."""
+        return sum(len(w.started) for w in self.in_flight) + sum(len(w.pending) for w in fresh)
 
-    def take(self, room: int) -> bool:
+    def collect(self, block: bool) -> list[Wave]:
+        """Takes the finished waves off the front of the flight and feeds the breaker.
+
+        The oldest (waited for when `block`), then every one after it whose sends are all
+        done; their outcomes are recorded by the next exchange.
+        """
+        taken: list[Wave] = []
+        while self.in_flight and (
+            (block and not taken) or all(f.done() for f in self.in_flight[0].sends)
+        ):
+            wave = self.deliverer.collect(self.in_flight.popleft())
+            taken.append(wave)
+            for outcome in wave.outcomes:
+                self.breaker.record(outcome)
+            if self.stop is not None:
+                continue
+            if wave.refused:
+                refused, why = next(iter(wave.refused.items()))
+                self.stop = SnapshotTampered(why, str(refused))
+            elif self.breaker.open:
+                where = "" if self.period is None else f"period {self.period}: "
+                self.stop = BreakerOpen(where + self.breaker.reason())
+        return taken
+
+    def take(self, room: int, fresh: Sequence[Wave]) -> bool:
         """Claims up to `room` due items (fewer if the breaker says so); False if none came."""
-        bound = self.bound()
+        bound = self.breaker.room(self.open_attempts(fresh))
         if bound is not None:
             room = min(room, bound)
         if room <= 0:
@@ -452,21 +477,39 @@ class _Run:
             d.require_snapshot(self.period)  # cached; re-read at most once a lease
         claims = d.ledger.claim_due(d.clock.now(), d.owner, d.policy.lease, room, self.period)
         if not claims:
+            self.drained = True
             return False
         self.done.claimed += len(claims)
         self.content = d.content(claims)
         self.queued.extend(claims)
         return True
 
-    def launch(self, pool: ThreadPoolExecutor) -> bool:
-        """Starts the next wave of queued claims, as large as the breaker allows; False if none."""
-        bound = self.bound()
+    def refill(
+        self,
+        fresh: Sequence[Wave],
+        batch_size: int,
+        max_items: int | None,
+        should_continue: Callable[[], bool],
+    ) -> bool:
+        """Claims the next batch once the queue is empty; False if there is nothing to take."""
+        if self.queued:
+            return True
+        if self.drained:
+            return False
+        room = batch_size if max_items is None else min(batch_size, max_items - self.done.claimed)
+        if room <= 0 or not should_continue():
+            self.drained = True
+            return False
+        return self.take(room, fresh)
+
+    def next_wave(self, fresh: Sequence[Wave], now: datetime) -> Wave | None:
+        """Prepares the next wave of queued claims, as large as the breaker allows; None if none."""
+        bound = self.breaker.room(self.open_attempts(fresh))
         n = min(self.size, len(self.queued), self.size if bound is None else bound)
         if n <= 0:
-            return False
-        wave = [self.queued.popleft() for _ in range(n)]
-        self.in_flight.append(self.deliverer.launch(wave, pool, self.content))
-        return True
+            return None
+        claims = [self.queued.popleft() for _ in range(n)]
+        return self.deliverer.prepare(claims, now, self.content)
 
     def step(
         self,
@@ -475,28 +518,45 @@ class _Run:
         max_items: int | None,
         should_continue: Callable[[], bool],
     ) -> bool:
-        """Records a wave, or claims and launches the next one; False when the run is done."""
-        if len(self.in_flight) == self.depth:
-            self.settle()
-            return True
-        if not self.queued:
-            room = (
-                batch_size if max_items is None else min(batch_size, max_items - self.done.claimed)
-            )
-            if room <= 0 or not should_continue():
+        """Records the finished waves and starts the next in one ledger call; False when done.
+
+        With every slot taken it waits for the oldest wave first. When sends are fast, several
+        waves finish together and go into one exchange; when they are slow, one does.
+        """
+        record = self.collect(block=len(self.in_flight) == self.depth)
+        fresh: list[Wave] = []
+        now = self.deliverer.clock.now()
+        while self.stop is None and len(self.in_flight) + len(fresh) < self.depth:
+            if not self.refill(fresh, batch_size, max_items, should_continue):
+                break
+            wave = self.next_wave(fresh, now)
+            if wave is None:
+                break  # the breaker holds it back until the outcomes in flight are in
+            fresh.append(wave)
+        if not record and not fresh:
+            if not self.in_flight:
                 return False
-            if not self.take(room):
-                # the breaker may have held the claim back until the outcomes in flight are in
-                if self.in_flight and self.bound() == 0:
-                    self.settle()
-                    return True
-                return False
-        if self.launch(pool):
-            return True
-        if not self.in_flight:
-            return False  # unreachable: a bound of 0 with nothing in flight means open
-        self.settle()
+            # nothing can start before an outcome is in: wait for the oldest wave
+            record = self.collect(block=True)
+        self.exchange(record, fresh, pool, now)
         return True
+
+    def exchange(
+        self, record: list[Wave], fresh: list[Wave], pool: ThreadPoolExecutor | None, now: datetime
+    ) -> None:
+        """One ledger call for the collected and the prepared waves; counts the recorded."""
+        self.deliverer.exchange(record, fresh, pool, now)
+        for wave in record:
+            self.done.count(wave.states())
+        self.in_flight.extend(fresh)
+
+    def drain(self) -> None:
+        """Records every wave still in flight, waiting for their sends, in one exchange."""
+        record: list[Wave] = []
+        while self.in_flight:
+            record += self.collect(block=True)
+        if record:
+            self.exchange(record, [], None, self.deliverer.clock.now())
 
     def give_back_queued(self) -> None:
         """Claims the run took and never attempted go back to due, as if never claimed."""
@@ -534,7 +594,7 @@ def deliver_due(
         raise ValueError("batch_size and concurrency must be at least 1")
     for checked in [period] if period is not None else deliverer.ledger.open_periods():
         deliverer.require_snapshot(checked)
-    size, depth = wave_shape(concurrency)
+    size, depth = wave_shape(concurrency, deliverer.mailer.capabilities.remote)
     run = _Run(deliverer, period, Breaker(breaker_threshold), size, depth)
     # `depth` waves overlap: while some waves' sends are in flight, this thread records the
     # outcomes of the wave that finished and starts the next; together they never hold more
@@ -545,8 +605,7 @@ def deliver_due(
     with ThreadPoolExecutor(max_workers=concurrency) as pool:
         while run.stop is None and run.step(pool, batch_size, max_items, should_continue):
             pass
-        while run.in_flight:
-            run.settle()
+        run.drain()
     run.give_back_queued()
     done = run.done
     if done.claimed:

@@ -226,6 +226,13 @@ def test_orders_of_gives_exactly_the_window_orders_of_exactly_the_asked_customer
     assert not {"o-too-old", "o-too-new"} & {o.order_id for o in got}
 
 
+def test_popularity_counts_exactly_the_window_order_lines_per_product(source):
+    expected = Counter(o.product_id for o in order_lines() if SINCE <= o.ordered_at < UNTIL)
+
+    assert source.popularity(SINCE, UNTIL) == expected
+    assert source.popularity(UNTIL, UNTIL) == Counter()
+
+
 def test_orders_of_nobody_or_of_customers_without_orders_is_empty(source):
     assert list(source.orders_of([], SINCE, UNTIL)) == []
     assert list(source.orders_of(["nobody"], SINCE, UNTIL)) == []

@@ -718,9 +718,10 @@ def test_claim_released_after_a_lost_start_is_never_requeued_with_an_attempt_in_
 # --- waves ------------------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("remote", [True, False])
 @pytest.mark.parametrize("concurrency", [1, 2, 3, 8, 16, 17, 64, 256])
-def test_waves_in_flight_never_hold_more_than_concurrency_attempts(concurrency):
-    size, depth = wave_shape(concurrency)
+def test_waves_in_flight_never_hold_more_than_concurrency_attempts(concurrency, remote):
+    size, depth = wave_shape(concurrency, remote)
     assert size >= 1
     assert depth >= 1
     assert size * depth <= concurrency
@@ -729,8 +730,8 @@ def test_waves_in_flight_never_hold_more_than_concurrency_attempts(concurrency):
 class OpenAttemptsMailer(FakeMailer):
     """Records, at every send, how many attempts the sending worker holds open in the ledger."""
 
-    def __init__(self, ledger: FakeLedger, clock: FixedClock, worker: str) -> None:
-        super().__init__(clock=clock)
+    def __init__(self, ledger: FakeLedger, clock: FixedClock, worker: str, remote: bool) -> None:
+        super().__init__(clock=clock, remote=remote)
         self._ledger = ledger
         self._worker = worker
         self._lock_most = threading.Lock()
@@ -745,10 +746,11 @@ class OpenAttemptsMailer(FakeMailer):
         return super().send(message, idempotency_key=idempotency_key)
 
 
+@pytest.mark.parametrize("remote", [True, False])
 @pytest.mark.parametrize("concurrency", [1, 4, 16])
-def test_a_worker_never_has_more_than_concurrency_attempts_open(clock, concurrency):
+def test_a_worker_never_has_more_than_concurrency_attempts_open(clock, concurrency, remote):
     ledger = frozen_ledger(60)
-    mailer = OpenAttemptsMailer(ledger, clock, worker="w1")
+    mailer = OpenAttemptsMailer(ledger, clock, worker="w1", remote=remote)
 
     report = deliver_due(
         make_deliverer(ledger, mailer, clock, owner="w1"),

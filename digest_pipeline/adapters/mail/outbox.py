@@ -43,7 +43,7 @@ class OutboxMailer(Mailer):
 
     @property
     def capabilities(self) -> MailerCapabilities:
-        return MailerCapabilities(idempotency_window=FOREVER, can_lookup=True)
+        return MailerCapabilities(idempotency_window=FOREVER, can_lookup=True, remote=False)
 
     @property
     def directory(self) -> Path:

@@ -73,6 +73,11 @@ def period_items(period: Period, states: Iterable[DeliveryState] | None) -> Sele
     return q if states is None else q.where(wi.c.state.in_([s.value for s in states]))
 
 
+#: update_many's statements by shape, with the expressions they were built from (see _built)
+_UPDATES: dict[tuple[Any, ...], tuple[Any, tuple[ColumnElement[Any], ...]]] = {}
+_SHAPES_KEPT = 256
+
+
 def update_many(
     conn: Connection,
     table: Table,
@@ -91,7 +96,48 @@ def update_many(
     own = [c for c, v in columns.items() if v is None]
     if not rows:
         return 0
-    if conn.dialect.name == "postgresql":
+    pg = conn.dialect.name == "postgresql"
+    stmt = _built(table, match, columns, where, pg)
+    if pg:
+        matched = 0
+        for chunk in chunked(rows, KEYS):
+            params: dict[str, list[Any]] = {f"m_{c}": [] for c in match}
+            params |= {f"s_{c}": [] for c in own}
+            for m, r in chunk:
+                for c, x in zip(match, m, strict=True):
+                    params[f"m_{c}"].append(x)
+                for c in own:
+                    params[f"s_{c}"].append(r[c])
+            matched += conn.execute(stmt, params).rowcount
+        return matched
+    many = [
+        {**{f"m_{c}": x for c, x in zip(match, m, strict=True)}, **{f"s_{c}": r[c] for c in own}}
+        for m, r in rows
+    ]
+    return conn.execute(stmt, many).rowcount
+
+
+def _built(
+    table: Table,
+    match: Sequence[str],
+    columns: Mapping[str, ColumnElement[Any] | None],
+    where: Sequence[ColumnElement[bool]],
+    pg: bool,
+) -> Any:
+    """update_many's statement for this shape, built once (not rebuilt and re-keyed a wave).
+
+    The cache is keyed by the ids of the expressions, so a hit is taken only while the very
+    same expression objects are passed (module constants); an id reused by a new object after
+    the old one was freed fails the identity check and the statement is built anew.
+    """
+    exprs = tuple(e for e in (*columns.values(), *where) if e is not None)
+    shape = tuple((c, None if e is None else id(e)) for c, e in columns.items())
+    key = (table.name, tuple(match), shape, tuple(id(w) for w in where), pg)
+    cached = _UPDATES.get(key)
+    if cached is not None and all(a is b for a, b in zip(cached[1], exprs, strict=True)):
+        return cached[0]
+    own = [c for c, v in columns.items() if v is None]
+    if pg:
         # One array parameter a column, unnested side by side: the statement's text does not
         # depend on the number of rows, so SQLAlchemy compiles it once (VALUES lists did not).
         names = [f"m_{c}" for c in match] + [f"s_{c}" for c in own]
@@ -105,26 +151,16 @@ def update_many(
             .where(*(table.c[c] == v.c[f"m_{c}"] for c in match), *where)
             .values({c: v.c[f"s_{c}"] if e is None else e for c, e in columns.items()})
         )
-        matched = 0
-        for chunk in chunked(rows, KEYS):
-            params: dict[str, list[Any]] = {n: [] for n in names}
-            for m, r in chunk:
-                for c, x in zip(match, m, strict=True):
-                    params[f"m_{c}"].append(x)
-                for c in own:
-                    params[f"s_{c}"].append(r[c])
-            matched += conn.execute(stmt, params).rowcount
-        return matched
-    stmt = (
-        update(table)
-        .where(*(table.c[c] == bindparam(f"m_{c}") for c in match), *where)
-        .values({c: bindparam(f"s_{c}") if e is None else e for c, e in columns.items()})
-    )
-    many = [
-        {**{f"m_{c}": x for c, x in zip(match, m, strict=True)}, **{f"s_{c}": r[c] for c in own}}
-        for m, r in rows
-    ]
-    return conn.execute(stmt, many).rowcount
+    else:
+        stmt = (
+            update(table)
+            .where(*(table.c[c] == bindparam(f"m_{c}") for c in match), *where)
+            .values({c: bindparam(f"s_{c}") if e is None else e for c, e in columns.items()})
+        )
+    if len(_UPDATES) >= _SHAPES_KEPT:
+        _UPDATES.clear()  # a caller passing fresh expressions each time must not grow it forever
+    _UPDATES[key] = (stmt, exprs)
+    return stmt
 
 
 def insert_rows(conn: Connection, table: Table, rows: Sequence[Mapping[str, Any]]) -> None:

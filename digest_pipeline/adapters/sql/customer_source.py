@@ -6,10 +6,11 @@ ledger's `BEGIN IMMEDIATE` write transaction is open, and a read through the led
 would wait for the very writer it feeds.
 """
 
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from datetime import datetime
 
-from sqlalchemy import Engine, create_engine, select
+from sqlalchemy import Engine, create_engine, func, select
 from sqlalchemy.pool import NullPool
 
 from digest_pipeline.adapters.sql.base import one_of
@@ -89,6 +90,16 @@ class SqlCustomerSource(CustomerSource):
         with self._engine.connect() as conn:
             for r in conn.execution_options(yield_per=STREAM_ROWS).execute(q):
                 yield Order(r.order_id, r.customer_id, r.product_id, r.ordered_at)
+
+    def popularity(self, since: datetime, until: datetime) -> Counter[str]:
+        o = orders.c
+        q = (
+            select(o.product_id, func.count())
+            .where(o.ordered_at >= since, o.ordered_at < until)
+            .group_by(o.product_id)
+        )
+        with self._engine.connect() as conn:
+            return Counter({pid: int(n) for pid, n in conn.execute(q)})
 
     def orders_of(
         self, customer_ids: Sequence[str], since: datetime, until: datetime

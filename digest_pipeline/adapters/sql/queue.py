@@ -150,6 +150,12 @@ def _start_on_pg() -> Any:
 
 
 _START_ON_PG = _start_on_pg()
+#: what closing an attempt sets (each row its own values) and the guard that it is still open
+_CLOSING: dict[str, ColumnElement[Any] | None] = dict.fromkeys(
+    ("finished_at", "outcome", "detail", "provider_message_id", "duplicate")
+)
+_STILL_OPEN = attempts.c.finished_at.is_(None)
+_NOT_YET_REPLAYED = dead_letters.c.replayed_at.is_(None)
 
 
 class SqlWorkQueue(SqlBase, WorkQueue):
@@ -251,28 +257,49 @@ class SqlWorkQueue(SqlBase, WorkQueue):
     ) -> list[AttemptTicket | DigestError]:
         if not claims:
             return []
+        with self._engine.begin() as conn:
+            return self._start(conn, claims, now)
+
+    def record_and_start(
+        self,
+        results: Sequence[tuple[AttemptTicket, SendOutcome, Transition]],
+        claims: Sequence[Claim],
+        now: datetime,
+    ) -> tuple[list[DigestError | None], list[AttemptTicket | DigestError]]:
+        for _, _, t in results:
+            check_transition(t.expected, t.target)
+        if not results and not claims:
+            return [], []
+        with self._engine.begin() as conn:
+            errors = self._complete(conn, results) if results else []
+            tickets = self._start(conn, claims, now) if claims else []
+        return errors, tickets
+
+    def _start(
+        self, conn: Connection, claims: Sequence[Claim], now: datetime
+    ) -> list[AttemptTicket | DigestError]:
+        """`start_attempts` in the caller's transaction."""
         numbers: dict[str, int] = {}
         ids: dict[str, int] = {}
         owners = {c.owner for c in claims}
-        with self._engine.begin() as conn:
-            if self._pg and len(owners) == 1:
-                # one statement a chunk: the guarded UPDATE as a CTE feeding the INSERT
-                for chunk in chunked(claims, KEYS):
-                    params = {
-                        "s_keys": [str(c.key) for c in chunk],
-                        "s_tokens": [c.token for c in chunk],
-                        "s_now": now,
-                        "s_worker": next(iter(owners)),
-                    }
-                    for key, number, attempt_id in conn.execute(_START_ON_PG, params):
-                        numbers[key], ids[key] = number, attempt_id
-            else:
-                self._start_in_two_statements(conn, claims, now, numbers, ids)
-            missing = self._missing_or_lost(
-                conn,
-                [c.key for c in claims if str(c.key) not in numbers],
-                "lease lost before the attempt started",
-            )
+        if self._pg and len(owners) == 1:
+            # one statement a chunk: the guarded UPDATE as a CTE feeding the INSERT
+            for chunk in chunked(claims, KEYS):
+                params = {
+                    "s_keys": [str(c.key) for c in chunk],
+                    "s_tokens": [c.token for c in chunk],
+                    "s_now": now,
+                    "s_worker": next(iter(owners)),
+                }
+                for key, number, attempt_id in conn.execute(_START_ON_PG, params):
+                    numbers[key], ids[key] = number, attempt_id
+        else:
+            self._start_in_two_statements(conn, claims, now, numbers, ids)
+        missing = self._missing_or_lost(
+            conn,
+            [c.key for c in claims if str(c.key) not in numbers],
+            "lease lost before the attempt started",
+        )
         return [
             AttemptTicket(ids[k], c.key, numbers[k], c.token, now)
             if (k := str(c.key)) in numbers
@@ -335,6 +362,13 @@ class SqlWorkQueue(SqlBase, WorkQueue):
             return []
         for _, _, t in results:
             check_transition(t.expected, t.target)
+        with self._engine.begin() as conn:
+            return self._complete(conn, results)
+
+    def _complete(
+        self, conn: Connection, results: Sequence[tuple[AttemptTicket, SendOutcome, Transition]]
+    ) -> list[DigestError | None]:
+        """`complete_many` in the caller's transaction (its transitions already checked)."""
         closing = [
             (
                 (ticket.attempt_id,),
@@ -348,18 +382,10 @@ class SqlWorkQueue(SqlBase, WorkQueue):
             )
             for ticket, outcome, t in results
         ]
-        with self._engine.begin() as conn:
-            # Close every attempt, even one whose transition loses: it is evidence for
-            # reconciliation, and it commits with the transitions that did apply.
-            update_many(
-                conn,
-                attempts,
-                ("attempt_id",),
-                dict.fromkeys(closing[0][1]),
-                closing,
-                attempts.c.finished_at.is_(None),
-            )
-            lost = self._apply_many(conn, [t for _, _, t in results])
+        # Close every attempt, even one whose transition loses: it is evidence for
+        # reconciliation, and it commits with the transitions that did apply.
+        update_many(conn, attempts, ("attempt_id",), _CLOSING, closing, _STILL_OPEN)
+        lost = self._apply_many(conn, [t for _, _, t in results])
         return [lost.get(str(t.key)) for _, _, t in results]
 
     def apply(self, transition: Transition) -> None:
@@ -455,7 +481,7 @@ class SqlWorkQueue(SqlBase, WorkQueue):
                 ("operation_key",),
                 {"replayed_at": None},
                 reopened,
-                dead_letters.c.replayed_at.is_(None),
+                _NOT_YET_REPLAYED,
             )
         audits = [
             audit_row(

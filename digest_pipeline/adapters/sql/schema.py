@@ -33,6 +33,7 @@ from sqlalchemy import (
 
 from digest_pipeline.adapters.sql.types import UtcDateTime
 from digest_pipeline.domain.failures import FailureClass
+from digest_pipeline.domain.feedback import EventOutcome, EventType, SuppressionReason
 from digest_pipeline.domain.states import CLAIMABLE, DeliveryState
 
 metadata = MetaData(
@@ -264,3 +265,50 @@ step_outputs = Table(
     Column("created_at", UtcDateTime, nullable=False, index=True),
     PrimaryKeyConstraint("run_id", "step_key", "output_name", "mapping_key"),
 )
+
+# -- customer and provider feedback (`digest serve`, issue 16; migration 0007) -----------------
+
+#: the reasons a customer is suppressed (domain/feedback.py `SuppressionReason`)
+SUPPRESSION_REASONS = ", ".join(f"'{r.value}'" for r in SuppressionReason)
+EVENT_TYPES = ", ".join(f"'{t.value}'" for t in EventType)
+EVENT_OUTCOMES = ", ".join(f"'{o.value}'" for o in EventOutcome)
+
+#: one row per suppressed customer (the first reason wins); by id only, never an address
+suppressions = Table(
+    "suppressions",
+    metadata,
+    Column("customer_id", String(128), primary_key=True),
+    Column("reason", String(16), nullable=False),
+    Column("source", String(200), nullable=False),
+    Column("created_at", UtcDateTime, nullable=False, index=True),
+    CheckConstraint(f"reason IN ({SUPPRESSION_REASONS})", name="reason"),
+)
+
+#: every provider webhook event, once per (provider, event id): what it was and what it did
+provider_events = Table(
+    "provider_events",
+    metadata,
+    Column("provider", String(32), nullable=False),
+    Column("event_id", String(128), nullable=False),
+    Column("type", String(16), nullable=False),
+    Column("operation_key", String(160), index=True),
+    Column("provider_message_id", String(255)),
+    Column("received_at", UtcDateTime, nullable=False, index=True),
+    Column("outcome", String(24), nullable=False),
+    PrimaryKeyConstraint("provider", "event_id"),
+    CheckConstraint(f"type IN ({EVENT_TYPES})", name="type"),
+    CheckConstraint(f"outcome IN ({EVENT_OUTCOMES})", name="outcome"),
+)
+
+#: one row once `digest seed` wrote demo data here: the public demo unsubscribe secret is
+#: allowed only on such a ledger (domain/unsubscribe.py)
+demo_seed = Table(
+    "demo_seed",
+    metadata,
+    Column("singleton", Integer, primary_key=True, autoincrement=False),
+    Column("seeded_at", UtcDateTime, nullable=False),
+    CheckConstraint("singleton = 1", name="singleton"),
+)
+
+#: a provider event names its message by the provider's id: find the attempt without a scan
+Index("ix_attempts_provider_message_id", attempts.c.provider_message_id)

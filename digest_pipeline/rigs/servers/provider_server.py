@@ -2,11 +2,14 @@
 
 It honours idempotency keys as Resend does (same key and payload: the same id and nothing stored
 again; same key, other payload: 409; a key still in flight: 409), forgets keys after a window,
-and can be scripted per key to fail, throttle, hang or drop the connection after storing.
+and can be scripted per key to fail, throttle, hang or drop the connection after storing. Like
+Resend, it can also tell a webhook endpoint what became of a message: `send_webhook` POSTs a
+Svix-signed `email.delivered` / `email.bounced` / `email.complained` event (`webhook_payload`).
 """
 
 import contextlib
 import hashlib
+import itertools
 import json
 import socket
 import socketserver
@@ -18,6 +21,10 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
 from typing import Any
+
+import httpx
+
+from digest_pipeline.domain.webhooks import parse_secret, signature
 
 
 @dataclass(frozen=True)
@@ -92,6 +99,39 @@ class _Record:
     fingerprint: str
     message_id: str
     stored_at: float
+
+
+def webhook_payload(
+    event_type: str,
+    *,
+    key: object | None = None,
+    message_id: str | None = None,
+    bounce_type: str | None = None,
+) -> dict[str, Any]:
+    """A Resend-style event body: `type`, and `data` with the message id and our key's tag.
+
+    `event_type` is Resend's (`email.delivered`, `email.bounced`, `email.complained`, …);
+    `bounce_type` (`Permanent`, `Transient`) goes in `data.bounce.type` as Resend puts it.
+    """
+    data: dict[str, Any] = {"created_at": "2026-10-19T06:00:00.000Z"}
+    if message_id is not None:
+        data["email_id"] = message_id
+    if key is not None:
+        # the tag the HTTP mailer set, spelled as Resend tags allow (`:` replaced)
+        data["tags"] = {"operation_key": str(key).replace(":", "_")}
+    if bounce_type is not None:
+        data["bounce"] = {"type": bounce_type, "subType": "General", "message": "bounced"}
+    return {"type": event_type, "created_at": data["created_at"], "data": data}
+
+
+def signed_headers(secret: str, event_id: str, timestamp: int, body: bytes) -> dict[str, str]:
+    """The Svix headers of one webhook request, signed with `secret` (`whsec_…` or plain)."""
+    return {
+        "webhook-id": event_id,
+        "webhook-timestamp": str(timestamp),
+        "webhook-signature": signature(parse_secret(secret), event_id, timestamp, body),
+        "content-type": "application/json",
+    }
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -175,8 +215,12 @@ class ProviderServer:
         clock: Callable[[], float] = time.monotonic,
         latency_seconds: float = 0.0,
         fallback: Action | None = None,
+        webhook_secret: str | None = None,
     ) -> None:
         self.api_key = api_key
+        #: what `send_webhook` signs with (the endpoint's `DIGEST_WEBHOOK_SECRETS` entry)
+        self.webhook_secret = webhook_secret
+        self._event_ids = itertools.count(1)
         #: what a request of a key with no script left gets (`ok()` unless given)
         self.fallback = fallback or ok()
         #: every request is answered this long after it was read (a provider's round trip)
@@ -255,6 +299,34 @@ class ProviderServer:
     def wait_in_flight(self, key: object, timeout: float = 5.0) -> bool:
         with self._in_flight_changed:
             return self._in_flight_changed.wait_for(lambda: str(key) in self._in_flight, timeout)
+
+    def send_webhook(
+        self,
+        url: str,
+        event_type: str,
+        key: object,
+        *,
+        timestamp: int,
+        event_id: str | None = None,
+        bounce_type: str | None = None,
+        with_message_id: bool = True,
+    ) -> httpx.Response:
+        """POSTs a signed event about `key`'s message to `url`, as Resend's webhooks do.
+
+        The message id is the one this server gave the key (when `with_message_id` and it has
+        one); `timestamp` is the signing time in Unix seconds (the endpoint's clock decides
+        whether it is fresh); `event_id` defaults to a new `msg_…` id.
+        """
+        if self.webhook_secret is None:
+            raise ValueError("ProviderServer(webhook_secret=…) is needed to sign webhooks")
+        message_id = self.message_id(key) if with_message_id else None
+        payload = webhook_payload(
+            event_type, key=key, message_id=message_id, bounce_type=bounce_type
+        )
+        body = json.dumps(payload).encode()
+        event_id = event_id or f"msg_{next(self._event_ids):08d}"
+        headers = signed_headers(self.webhook_secret, event_id, timestamp, body)
+        return httpx.post(url, content=body, headers=headers, timeout=10.0)
 
     # -- inspecting --------------------------------------------------------------------------
     @property

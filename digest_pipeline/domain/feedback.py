@@ -1,0 +1,255 @@
+"""What customers and the provider tell us after a send: suppressions and provider events.
+
+A suppression is one customer's "send me nothing more" (one-click unsubscribe, a hard bounce, a
+complaint, an operator), kept by customer id only, never by address. A provider event is parsed
+from a Resend-style webhook body into one of five types, and `decide` says, from the type and the
+matched work item's state alone, what it does; the services record that decision.
+"""
+
+import re
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+from digest_pipeline.domain.errors import DigestError, InvalidOperationKey
+from digest_pipeline.domain.periods import OperationKey
+from digest_pipeline.domain.states import DeliveryState
+
+
+class SuppressionReason(StrEnum):
+    """Why a customer gets no more digests; values are the strings stored in SQL."""
+
+    #: the customer's one-click unsubscribe (RFC 8058)
+    UNSUBSCRIBED = "unsubscribed"
+    #: the provider reported a permanent bounce of a digest to them
+    HARD_BOUNCE = "hard_bounce"
+    #: the provider reported a spam complaint about a digest
+    COMPLAINT = "complaint"
+    #: an operator suppressed them (`digest suppress`, issue 16's second half)
+    OPERATOR = "operator"
+
+
+@dataclass(frozen=True)
+class Suppression:
+    """One suppressed customer: the first reason recorded wins, later ones change nothing."""
+
+    customer_id: str
+    reason: SuppressionReason
+    #: what recorded it: `one_click`, or `provider:<name>:<event id>`
+    source: str
+    created_at: datetime
+
+
+class EventType(StrEnum):
+    """A provider event as the ledger understands it; values are the strings stored in SQL."""
+
+    #: the receiving server accepted the message (`email.delivered`)
+    DELIVERED = "delivered"
+    #: permanently rejected (`email.bounced`, bounce type Permanent or none given)
+    HARD_BOUNCE = "hard_bounce"
+    #: temporarily rejected (`email.bounced` Transient/Undetermined, `email.delivery_delayed`)
+    SOFT_BOUNCE = "soft_bounce"
+    #: the recipient marked it as spam (`email.complained`)
+    COMPLAINT = "complaint"
+    #: any other type (sent, opened, clicked, …): recorded, nothing else
+    OTHER = "other"
+
+
+class EventOutcome(StrEnum):
+    """What recording an event did; values are the strings stored in SQL."""
+
+    #: recorded, its effect not applied yet: a crash left it, and the provider's retry resumes it
+    RECEIVED = "received"
+    #: `delivered` for an `unknown` item: settled as sent (evidence `provider_event`)
+    SETTLED_SENT = "settled_sent"
+    #: `delivered` for an item already sent (or sent and cleaned)
+    CONFIRMED = "confirmed"
+    #: `delivered` for an item in a state an event may not move (claimed, retry_scheduled, …)
+    NOT_SETTLED = "not_settled"
+    #: a hard bounce or complaint: the customer was added to the suppression list
+    SUPPRESSED = "suppressed"
+    #: a hard bounce or complaint of a customer already suppressed
+    ALREADY_SUPPRESSED = "already_suppressed"
+    #: a soft bounce or another type: recorded only
+    RECORDED = "recorded"
+    #: no work item matches the event's message id or operation key: recorded only
+    UNMATCHED = "unmatched"
+
+
+class Decision(StrEnum):
+    """What an event does to the ledger, before the store says whether it already had."""
+
+    SETTLE_SENT = "settle_sent"
+    CONFIRM = "confirm"
+    LEAVE = "leave"
+    SUPPRESS = "suppress"
+    RECORD = "record"
+    UNMATCHED = "unmatched"
+
+
+#: the suppression each suppressing event type records
+SUPPRESSES: dict[EventType, SuppressionReason] = {
+    EventType.HARD_BOUNCE: SuppressionReason.HARD_BOUNCE,
+    EventType.COMPLAINT: SuppressionReason.COMPLAINT,
+}
+
+
+def decide(event_type: EventType, state: DeliveryState | None) -> Decision:
+    """The effect of an event of `event_type` on a matched item in `state` (None: no match).
+
+    Only `delivered` looks at the state: it settles an `unknown` item, confirms a sent one and
+    leaves any other alone. A hard bounce or complaint suppresses the customer whatever the
+    item's state: the event itself proves the provider took a digest for that customer (an item
+    may still read `unknown` or `claimed` because the provider's answer was lost).
+    """
+    if state is None:
+        return Decision.UNMATCHED
+    if event_type is EventType.DELIVERED:
+        if state is DeliveryState.UNKNOWN:
+            return Decision.SETTLE_SENT
+        if state in (DeliveryState.SENT, DeliveryState.CLEANED):
+            return Decision.CONFIRM
+        return Decision.LEAVE
+    if event_type in SUPPRESSES:
+        return Decision.SUPPRESS
+    return Decision.RECORD
+
+
+@dataclass(frozen=True)
+class ProviderEvent:
+    """A webhook event as parsed: who sent it, its id, its type and what names the message."""
+
+    provider: str
+    #: the provider's event id (`webhook-id`): an event is applied once per (provider, id)
+    event_id: str
+    type: EventType
+    #: the provider's id of the message (`data.email_id`), as the ledger stores it on attempts
+    provider_message_id: str | None
+    #: the operation key the event carries (our tag or header echoed back), if any
+    operation_key: OperationKey | None
+
+
+@dataclass(frozen=True)
+class EventRecord:
+    """One stored provider event: identities, type, the matched key and the outcome; no address."""
+
+    provider: str
+    event_id: str
+    type: EventType
+    operation_key: OperationKey | None
+    provider_message_id: str | None
+    received_at: datetime
+    outcome: EventOutcome
+
+
+class ClaimStatus(StrEnum):
+    """What `begin_event` found for an event id."""
+
+    #: first sight: recorded as `received`, the caller applies it
+    NEW = "new"
+    #: recorded earlier but never finished, and its lease ran out: the caller applies it again
+    RESUMED = "resumed"
+    #: another request is applying it right now: the caller asks the provider to retry later
+    IN_PROGRESS = "in_progress"
+    #: applied before: the caller changes nothing
+    DONE = "done"
+
+
+@dataclass(frozen=True)
+class EventClaim:
+    status: ClaimStatus
+    #: the recorded outcome, for DONE
+    outcome: EventOutcome | None = None
+
+
+class InvalidEvent(DigestError, ValueError):
+    """A webhook body that is not a provider event the project can read (HTTP 400)."""
+
+
+#: Resend's types (with or without the `email.` prefix) and what they are here
+_TYPES = {
+    "delivered": EventType.DELIVERED,
+    "complained": EventType.COMPLAINT,
+    "delivery_delayed": EventType.SOFT_BOUNCE,
+}
+_SOFT_BOUNCE_TYPES = frozenset({"transient", "undetermined"})
+#: the HTTP mailer's `operation_key` tag: the key with `:` replaced, as Resend tags allow
+_TAG_KEY = re.compile(r"digest_([0-9]{4}-W[0-9]{2})_([A-Za-z0-9._-]{1,128})")
+_MESSAGE_ID = re.compile(r"[A-Za-z0-9._:@<>+=/-]{1,255}")
+_TYPE_NAME = re.compile(r"[a-z_.]{1,64}")
+KEY_TAG = "operation_key"
+KEY_HEADER = "x-digest-operation-key"
+
+
+def _pairs(value: object) -> list[tuple[str, object]]:
+    """`{"name": value}` or `[{"name": …, "value": …}]` as (lower-case name, value) pairs."""
+    if isinstance(value, dict):
+        return [(str(k).lower(), v) for k, v in value.items()]
+    if isinstance(value, list):
+        return [
+            (str(p.get("name", "")).lower(), p.get("value")) for p in value if isinstance(p, dict)
+        ]
+    return []
+
+
+def _key(text: object) -> OperationKey | None:
+    if not isinstance(text, str):
+        return None
+    tagged = _TAG_KEY.fullmatch(text)
+    spelled = f"digest:{tagged.group(1)}:{tagged.group(2)}" if tagged else text
+    try:
+        return OperationKey.parse(spelled)
+    except InvalidOperationKey:
+        return None
+
+
+def _carried_key(data: dict[str, Any]) -> OperationKey | None:
+    """The operation key the event echoes: our header first (exact), then our tag."""
+    for name, value in _pairs(data.get("headers")):
+        if name == KEY_HEADER and (key := _key(value)) is not None:
+            return key
+    for name, value in _pairs(data.get("tags")):
+        if name == KEY_TAG and (key := _key(value)) is not None:
+            return key
+    return None
+
+
+def _event_type(name: str, data: dict[str, Any]) -> EventType:
+    short = name.removeprefix("email.")
+    if short != "bounced":
+        return _TYPES.get(short, EventType.OTHER)
+    bounce = data.get("bounce")
+    kind = bounce.get("type") if isinstance(bounce, dict) else None
+    if isinstance(kind, str) and kind.lower() in _SOFT_BOUNCE_TYPES:
+        return EventType.SOFT_BOUNCE
+    # Resend sends `email.bounced` for permanent rejections; no type given is read as one
+    return EventType.HARD_BOUNCE
+
+
+def parse_event(provider: str, event_id: str, payload: object) -> ProviderEvent:
+    """A Resend-style webhook body (`{"type": "email.bounced", "data": {…}}`) as an event.
+
+    Raises:
+        InvalidEvent: not an object with a string `type` and an object `data`, or a message id
+            that is not a short printable string. An unknown type is not an error (OTHER).
+    """
+    if not isinstance(payload, dict):
+        raise InvalidEvent("the body is not a JSON object")
+    name, data = payload.get("type"), payload.get("data")
+    if not isinstance(name, str) or not _TYPE_NAME.fullmatch(name):
+        raise InvalidEvent("the event has no type")
+    if not isinstance(data, dict):
+        raise InvalidEvent("the event has no data object")
+    message_id = data.get("email_id")
+    if message_id is not None and not (
+        isinstance(message_id, str) and _MESSAGE_ID.fullmatch(message_id)
+    ):
+        raise InvalidEvent("data.email_id is not a message id")
+    return ProviderEvent(
+        provider=provider,
+        event_id=event_id,
+        type=_event_type(name, data),
+        provider_message_id=message_id,
+        operation_key=_carried_key(data),
+    )

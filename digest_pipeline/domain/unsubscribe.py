@@ -1,0 +1,46 @@
+"""The one-click unsubscribe token (RFC 8058) and the rule that keeps the public demo secret demo-only.
+
+The composer signs each customer's link with `unsubscribe_token` and `digest serve` checks it
+with `token_matches` in constant time; both live here so the two can never drift apart. The
+public default secret is fit only for `digest seed` data: `public_secret_refusal` says so.
+"""
+
+import hashlib
+import hmac
+
+#: `DIGEST_UNSUBSCRIBE_SECRET`'s default: published in this repository, so anyone can forge a
+#: link with it. Allowed only on a ledger that holds `digest seed` demo data.
+DEMO_UNSUBSCRIBE_SECRET = "demo-unsubscribe-secret"
+#: hex digits of the HMAC kept in a link (128 bits: short enough for a URL, far beyond guessing)
+TOKEN_LENGTH = 32
+
+
+def unsubscribe_token(secret: str, customer_id: str) -> str:
+    """The per-customer token of the one-click unsubscribe link: HMAC-SHA256, 32 hex digits."""
+    digest = hmac.new(secret.encode(), customer_id.encode(), hashlib.sha256).hexdigest()
+    return digest[:TOKEN_LENGTH]
+
+
+def token_matches(secret: str, customer_id: str, token: str) -> bool:
+    """Whether `token` is `customer_id`'s token under `secret`, compared in constant time.
+
+    Any text is accepted and compared as UTF-8 bytes (a lone surrogate becomes `?`), so a
+    malformed token is simply a wrong one and its shape leaks nothing through timing.
+    """
+    expected = unsubscribe_token(secret, customer_id).encode()
+    given = token.encode("utf-8", "replace")
+    return hmac.compare_digest(expected, given)
+
+
+def public_secret_refusal(secret: str, demo_data: bool, *, what: str) -> str | None:
+    """Why `what` must not go on with `secret`, or None when it may.
+
+    The public demo secret is refused unless the ledger holds `digest seed` demo data: on a
+    real shop's ledger anyone could forge every customer's unsubscribe link with it.
+    """
+    if secret != DEMO_UNSUBSCRIBE_SECRET or demo_data:
+        return None
+    return (
+        f"{what} refused: DIGEST_UNSUBSCRIBE_SECRET is the public demo value and this ledger "
+        "holds no `digest seed` demo data; set DIGEST_UNSUBSCRIBE_SECRET to a private random value"
+    )

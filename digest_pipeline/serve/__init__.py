@@ -1,0 +1,1 @@
+"""`digest serve`: the small HTTP application that hears back from customers and the provider."""

@@ -1,0 +1,214 @@
+"""The ASGI application of `digest serve`: one-click unsubscribe and provider webhooks, nothing else.
+
+`POST /unsubscribe/{customer_id}?token=…` with the RFC 8058 body suppresses the customer (token
+403, body 400, unknown customer 404, in that order, so a forged link learns nothing); a `GET` of
+the same URL only shows a page with a button that makes that POST, since mail scanners follow
+links. `POST /events/{provider}` takes the provider's signed webhook (unknown provider 404,
+signature or replay window 401, body 400) and records the event once. Every refusal is decided
+before the ledger is touched; responses carry no customer data. The blocking ledger calls run
+on worker threads, a bounded number at a time (`ServeConfig.ledger_threads`).
+"""
+
+import functools
+import json
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any, TypeVar
+
+import anyio
+import anyio.to_thread
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, JSONResponse, Response
+from starlette.routing import Route
+
+from digest_pipeline.adapters.sql.engine import LedgerDatabaseError
+from digest_pipeline.domain.errors import DigestError
+from digest_pipeline.domain.feedback import InvalidEvent, parse_event
+from digest_pipeline.domain.unsubscribe import token_matches
+from digest_pipeline.domain.webhooks import DEFAULT_TOLERANCE, SignedRequest, Verdict, verify
+from digest_pipeline.ports import Clock, FeedbackStore, ReadModel, WorkQueue
+from digest_pipeline.serve import pages
+from digest_pipeline.serve.forms import is_one_click
+from digest_pipeline.services.feedback import (
+    EVENT_LEASE,
+    EventResult,
+    LinkCheck,
+    check_link,
+    record_event,
+    unsubscribe,
+)
+from digest_pipeline.services.logs import log_event
+
+T = TypeVar("T")
+#: a one-click body is 26 bytes; a multipart one a few hundred
+MAX_UNSUBSCRIBE_BODY = 8 * 1024
+#: a provider event is a few kilobytes (Resend's carry headers and tags, never the content)
+MAX_EVENT_BODY = 256 * 1024
+
+
+@dataclass(frozen=True)
+class ServeConfig:
+    """What the application checks requests against (from `Settings`)."""
+
+    unsubscribe_secret: str = field(repr=False)
+    #: provider name -> its signing keys (two during a rotation)
+    webhook_keys: Mapping[str, tuple[bytes, ...]] = field(default_factory=dict, repr=False)
+    webhook_tolerance: timedelta = DEFAULT_TOLERANCE
+    #: ledger calls in flight at once (the rest wait their turn in the event loop): 1 for
+    #: SQLite, which takes one transaction at a time and would make the others busy-sleep
+    ledger_threads: int = 8
+
+
+def _page(html: str, status: int) -> HTMLResponse:
+    return HTMLResponse(html, status_code=status, headers=pages.HEADERS)
+
+
+def _json(body: dict[str, Any], status: int, headers: dict[str, str] | None = None) -> Response:
+    merged = {"Cache-Control": "no-store", **(headers or {})}
+    return JSONResponse(body, status_code=status, headers=merged)
+
+
+_LINK_REFUSALS = {
+    LinkCheck.FORBIDDEN: (403, "This link is not valid"),
+    LinkCheck.UNKNOWN_CUSTOMER: (404, "This link is not valid any more"),
+}
+
+
+class _Endpoints:
+    """The two routes' handlers over the application's ports."""
+
+    def __init__(
+        self,
+        config: ServeConfig,
+        store: FeedbackStore,
+        ledger: ReadModel,
+        queue: WorkQueue,
+        clock: Clock,
+    ) -> None:
+        self._config, self._store, self._ledger = config, store, ledger
+        self._queue, self._clock = queue, clock
+        self._limiter = anyio.CapacityLimiter(config.ledger_threads)
+
+    async def _call(self, fn: Callable[..., T], *args: Any) -> T:
+        """`fn(*args)` on a worker thread, at most `ledger_threads` at a time."""
+        return await anyio.to_thread.run_sync(functools.partial(fn, *args), limiter=self._limiter)
+
+    async def unsubscribe(self, request: Request) -> Response:
+        if request.method == "POST":
+            return await self._unsubscribe_post(request)
+        # GET (and HEAD): a page only. Scanners and link previews follow GETs; none unsubscribes.
+        return await self._unsubscribe_page(request)
+
+    async def _unsubscribe_page(self, request: Request) -> Response:
+        customer_id, token = _link(request)
+        secret = self._config.unsubscribe_secret
+        check = await self._call(check_link, self._store, secret, customer_id, token)
+        if check in _LINK_REFUSALS:
+            status, title = _LINK_REFUSALS[check]
+            return _page(pages.refused(title), status)
+        return _page(pages.confirmation(), 200)
+
+    async def _unsubscribe_post(self, request: Request) -> Response:
+        customer_id, token = _link(request)
+        secret = self._config.unsubscribe_secret
+        body = await request.body()
+        # the token first, for any id and any body: a forged link gets 403 and nothing else
+        if not token_matches(secret, customer_id, token):
+            return _page(pages.refused(_LINK_REFUSALS[LinkCheck.FORBIDDEN][1]), 403)
+        if not is_one_click(request.headers.get("content-type"), body):
+            return _page(pages.refused("Send List-Unsubscribe=One-Click to unsubscribe"), 400)
+        done = await self._call(unsubscribe, self._store, self._clock, secret, customer_id, token)
+        if isinstance(done, LinkCheck):
+            status, title = _LINK_REFUSALS[done]
+            return _page(pages.refused(title), status)
+        return _page(pages.unsubscribed(), 200)
+
+    async def event(self, request: Request) -> Response:
+        provider = request.path_params["provider"]
+        keys = self._config.webhook_keys.get(provider)
+        if not keys:
+            return _json({"error": "unknown_provider"}, 404)
+        body = await request.body()
+        signed = SignedRequest(
+            request.headers.get("webhook-id"),
+            request.headers.get("webhook-timestamp"),
+            request.headers.get("webhook-signature"),
+            body,
+        )
+        verdict = verify(signed, keys, self._clock.now(), self._config.webhook_tolerance)
+        if verdict is not Verdict.ACCEPTED or signed.event_id is None:
+            log_event("webhook_refused", logging.WARNING, provider=provider, why=verdict.value)
+            return _json({"error": f"signature_{verdict.value}"}, 401)
+        try:
+            event = parse_event(provider, signed.event_id, json.loads(body))
+        except (ValueError, RecursionError) as e:
+            # InvalidEvent names what is wrong; a JSON error only that the body is not JSON
+            why = str(e) if isinstance(e, InvalidEvent) else "the body is not JSON"
+            return _json({"error": "bad_event", "why": why}, 400)
+        result, outcome = await self._call(
+            record_event, self._store, self._ledger, self._queue, self._clock, event
+        )
+        if result is EventResult.IN_PROGRESS:
+            retry = str(int(EVENT_LEASE.total_seconds()))
+            return _json({"error": "in_progress"}, 409, {"Retry-After": retry})
+        answer: dict[str, Any] = {"outcome": None if outcome is None else outcome.value}
+        if result is EventResult.DUPLICATE:
+            answer["duplicate"] = True
+        return _json(answer, 200)
+
+
+def build_app(
+    *, config: ServeConfig, store: FeedbackStore, ledger: ReadModel, queue: WorkQueue, clock: Clock
+) -> Starlette:
+    """The application over a feedback store, the ledger's reads and queue, and a clock."""
+    endpoints = _Endpoints(config, store, ledger, queue, clock)
+    return Starlette(
+        routes=[
+            Route(
+                "/unsubscribe/{customer_id}",
+                _guarded(endpoints.unsubscribe),
+                methods=["GET", "POST"],
+                max_body_size=MAX_UNSUBSCRIBE_BODY,
+            ),
+            Route(
+                "/events/{provider}",
+                _guarded(endpoints.event),
+                methods=["POST"],
+                max_body_size=MAX_EVENT_BODY,
+            ),
+        ],
+    )
+
+
+Endpoint = Callable[[Request], Awaitable[Response]]
+
+
+def _guarded(endpoint: Endpoint) -> Endpoint:
+    """`endpoint`, answering 503 with one log line when the ledger (or anything) fails.
+
+    The line names the error's class, and its text only for the project's own errors (a ledger
+    error's text is safe by design; any other text could quote a parameter). The provider
+    retries a 503 and a person tries again; no traceback reaches the server's log.
+    """
+
+    @functools.wraps(endpoint)
+    async def guarded(request: Request) -> Response:
+        try:
+            return await endpoint(request)
+        except HTTPException:
+            raise  # Starlette's own answers (413 for an oversized body)
+        except Exception as e:
+            shown = str(e) if isinstance(e, DigestError | LedgerDatabaseError) else None
+            log_event("serve_failed", logging.ERROR, error=type(e).__name__, detail=shown)
+            return _json({"error": "unavailable"}, 503)
+
+    return guarded
+
+
+def _link(request: Request) -> tuple[str, str]:
+    """The link's customer id (percent-decoded by the router) and its token ("" when absent)."""
+    return request.path_params["customer_id"], request.query_params.get("token", "")
