@@ -16,6 +16,7 @@ from digest_pipeline.domain.feedback import (
     EventClaim,
     EventOutcome,
     EventRecord,
+    FeedbackCounts,
     Suppression,
 )
 from digest_pipeline.domain.model import (
@@ -148,6 +149,10 @@ class SnapshotStore(ABC):
         yield from self.snapshot_entries(period)
 
     @abstractmethod
+    def suppressed_ids(self) -> frozenset[str]:
+        """The customer ids on the suppression list: the eligibility gate leaves them out."""
+
+    @abstractmethod
     def recipients(self, keys: Sequence[OperationKey]) -> dict[OperationKey, str]:
         """The address frozen for each key's customer in its period; keys without one are absent."""
 
@@ -266,6 +271,15 @@ class WorkQueue(ABC):
     def recover_expired_leases(self, now: datetime) -> LeaseRecovery:
         """Expired claims with no open attempt become due again; with one open, `unknown`."""
 
+    @abstractmethod
+    def cancel_suppressed(self, now: datetime, period: Period | None = None) -> list[OperationKey]:
+        """Ends the never-claimed items (pending, retry_scheduled) of suppressed customers.
+
+        Each becomes `suppressed` with an audit row, in `period` or (None) every period. An item
+        enqueued from a snapshot frozen before its customer's suppression is caught here,
+        before a delivery run claims anything. Returns their keys.
+        """
+
 
 class Cleaner(ABC):
     """Cleanup of a sent item's rows: claimed and completed atomically, at most once per key."""
@@ -285,6 +299,10 @@ class Cleaner(ABC):
 
 class ReadModel(ABC):
     """What status, checks, metrics, the simulator, benchmarks and chaos counts read."""
+
+    @abstractmethod
+    def feedback_counts(self, period: Period) -> FeedbackCounts:
+        """The week's unsubscribes, hard bounces and complaints (`domain.feedback`)."""
 
     @abstractmethod
     def get(self, key: OperationKey) -> WorkItem | None:
@@ -355,7 +373,34 @@ class AuditTrail(ABC):
         """Appends one audit row."""
 
 
-class Ledger(SnapshotStore, ContentStore, WorkQueue, Cleaner, ReadModel, AuditTrail):
+class SuppressionList(ABC):
+    """The customers who get no more digests (issue 16): one row per customer id, no address."""
+
+    @abstractmethod
+    def suppress(self, suppression: Suppression, note: str = "") -> bool:
+        """Adds the customer to the list, once (the first reason wins), with an audit row.
+
+        In the same transaction their never-claimed items of every week end as `suppressed`
+        (`WorkQueue.cancel_suppressed`); an item already claimed is in flight and is left to its
+        worker. `note` is the audit row's reason beside the suppression's own (an operator's
+        text). False, and nothing written, when the customer was on the list already.
+        """
+
+    @abstractmethod
+    def unsuppress(self, customer_id: str, at: datetime, actor: str, reason: str) -> bool:
+        """Takes the customer off the list, with an audit row; False when they were not on it.
+
+        Their later weeks' snapshots select them again; items already `suppressed` stay so.
+        """
+
+    @abstractmethod
+    def suppressions(self) -> list[Suppression]:
+        """The suppression list, by customer id."""
+
+
+class Ledger(
+    SnapshotStore, ContentStore, WorkQueue, Cleaner, ReadModel, AuditTrail, SuppressionList
+):
     """The source of truth: every role above, over one database (design §5).
 
     The adapters implement it whole; a service names the roles it uses in its signature where
@@ -363,7 +408,7 @@ class Ledger(SnapshotStore, ContentStore, WorkQueue, Cleaner, ReadModel, AuditTr
     """
 
 
-class FeedbackStore(ABC):
+class FeedbackStore(SuppressionList):
     """What `digest serve` records: the suppression list and the provider events (issue 16).
 
     Both are idempotent by their keys: one suppression per customer (the first reason wins) and
@@ -373,14 +418,6 @@ class FeedbackStore(ABC):
     @abstractmethod
     def known_customer(self, customer_id: str) -> bool:
         """Whether the shop's source or any frozen snapshot knows the customer id."""
-
-    @abstractmethod
-    def suppress(self, suppression: Suppression) -> bool:
-        """Adds the customer to the suppression list; False when they were on it already."""
-
-    @abstractmethod
-    def suppressions(self) -> list[Suppression]:
-        """The suppression list, by customer id."""
 
     @abstractmethod
     def key_of_provider_message(self, provider_message_id: str) -> OperationKey | None:

@@ -33,6 +33,16 @@ from digest_pipeline.domain.errors import (
     UnknownWorkItem,
 )
 from digest_pipeline.domain.failures import FailureClass, SendOutcome
+from digest_pipeline.domain.feedback import (
+    SOURCE_LENGTH,
+    EventType,
+    FeedbackCounts,
+    Suppression,
+    SuppressionReason,
+    suppression_audit,
+    unsubscribe_window,
+    unsuppression_audit,
+)
 from digest_pipeline.domain.model import (
     Attempt,
     AttemptTicket,
@@ -63,12 +73,13 @@ from digest_pipeline.domain.periods import OperationKey, Period
 from digest_pipeline.domain.possible_sends import possible_send_count
 from digest_pipeline.domain.regeneration import REGENERABLE, RowReplacement
 from digest_pipeline.domain.states import (
+    CLAIMABLE,
     TERMINAL,
     DeliveryState,
     check_transition,
 )
 from digest_pipeline.domain.transitions import is_due
-from digest_pipeline.ports import Clock, Composer, CustomerSource, Ledger, Mailer
+from digest_pipeline.ports import Clock, Composer, CustomerSource, FeedbackStore, Ledger, Mailer
 
 _SAMPLE_SIZE = 10
 _RECONCILING_ACTIONS = frozenset({"reconcile", "resolve"})
@@ -424,6 +435,9 @@ class FakeLedger(Ledger):
         self._attempt_seq = 0
         self._dead_letter_seq = 0
         self._audit_seq = 0
+        self._suppressions: dict[str, Suppression] = {}
+        #: the feedback store writing provider events for this ledger's keys, if any
+        self.feedback: FeedbackStore | None = None
 
     # -- eligibility -----------------------------------------------------------------------
     def freeze_snapshot(
@@ -662,6 +676,71 @@ class FakeLedger(Ledger):
             for a in self._attempts.values()
         )
 
+    def cancel_suppressed(self, now: datetime, period: Period | None = None) -> list[OperationKey]:
+        with self._lock:
+            return self._cancel_locked(now, period=period)
+
+    def _cancel_locked(
+        self, now: datetime, *, period: Period | None = None, customer_id: str | None = None
+    ) -> list[OperationKey]:
+        cancelled: list[OperationKey] = []
+        for item in list(self._items.values()):
+            found = self._suppressions.get(item.key.customer_id)
+            if found is None or item.state not in CLAIMABLE:
+                continue
+            if period not in (None, item.key.period) or customer_id not in (
+                None,
+                found.customer_id,
+            ):
+                continue
+            self._apply_locked(transitions.cancelled_by_suppression(item, now, found.reason.value))
+            cancelled.append(item.key)
+        return sorted(cancelled, key=str)
+
+    # -- the suppression list --------------------------------------------------------------
+    def suppressed_ids(self) -> frozenset[str]:
+        with self._lock:
+            return frozenset(self._suppressions)
+
+    def suppress(self, suppression: Suppression, note: str = "") -> bool:
+        with self._lock:
+            if suppression.customer_id in self._suppressions:
+                return False
+            kept = replace(suppression, source=suppression.source[:SOURCE_LENGTH])
+            self._suppressions[suppression.customer_id] = kept
+            self._append_audit_locked(suppression_audit(kept, note))
+            self._cancel_locked(suppression.created_at, customer_id=suppression.customer_id)
+            return True
+
+    def unsuppress(self, customer_id: str, at: datetime, actor: str, reason: str) -> bool:
+        with self._lock:
+            if self._suppressions.pop(customer_id, None) is None:
+                return False
+            self._append_audit_locked(unsuppression_audit(customer_id, at, actor, reason))
+            return True
+
+    def suppressions(self) -> list[Suppression]:
+        with self._lock:
+            return [self._suppressions[c] for c in sorted(self._suppressions)]
+
+    def feedback_counts(self, period: Period) -> FeedbackCounts:
+        start, end = unsubscribe_window(period)
+        with self._lock:
+            unsubscribes = sum(
+                s.reason is SuppressionReason.UNSUBSCRIBED and start <= s.created_at < end
+                for s in self._suppressions.values()
+            )
+        # the events are the feedback store's (feedback_fakes.py), which registers itself here
+        events = [] if self.feedback is None else self.feedback.provider_events()
+        keys = {
+            kind: {e.operation_key for e in events if e.type is kind and e.operation_key}
+            for kind in (EventType.HARD_BOUNCE, EventType.COMPLAINT)
+        }
+        mine = {kind: {k for k in found if k.period == period} for kind, found in keys.items()}
+        return FeedbackCounts(
+            unsubscribes, len(mine[EventType.HARD_BOUNCE]), len(mine[EventType.COMPLAINT])
+        )
+
     def get(self, key: OperationKey) -> WorkItem | None:
         with self._lock:
             return self._items.get(key)
@@ -743,8 +822,11 @@ class FakeLedger(Ledger):
 
     def record_audit(self, entry: AuditEntry) -> None:
         with self._lock:
-            self._audit_seq += 1
-            self._audit.append(replace(entry, audit_id=self._audit_seq))
+            self._append_audit_locked(entry)
+
+    def _append_audit_locked(self, entry: AuditEntry) -> None:
+        self._audit_seq += 1
+        self._audit.append(replace(entry, audit_id=self._audit_seq))
 
     def audit_log(self, period: Period | None = None) -> list[AuditEntry]:
         with self._lock:

@@ -1,7 +1,8 @@
 """The `FeedbackStore` in memory, with the SQL store's guards (style §5, "Fakes, not mocks").
 
-One suppression per customer (the first reason wins), one event per (provider, event id), the
-`received` lease taken over only by a compare-and-set on its time, all under one lock. It reads
+The suppression list is the fake ledger's, as the SQL store's is the SQL ledger's. One event per
+(provider, event id), the `received` lease taken over only by a compare-and-set on its time, all
+under one lock. It reads
 customers from the constructor and from the ledger's snapshots of `periods`, and message ids
 from the attempts of those periods' items, which is what the SQL store reads from its tables.
 The contract tests (`contract/test_feedback_store_contract.py`) hold the two to the same tests.
@@ -10,7 +11,7 @@ The contract tests (`contract/test_feedback_store_contract.py`) hold the two to 
 import threading
 from collections.abc import Iterable
 from dataclasses import replace
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from digest_pipeline.domain.feedback import (
     ClaimStatus,
@@ -22,6 +23,7 @@ from digest_pipeline.domain.feedback import (
 from digest_pipeline.domain.periods import OperationKey, Period
 from digest_pipeline.ports import FeedbackStore, Ledger
 from digest_pipeline.rigs.seeding import W42
+from digest_pipeline_tests.fakes import FakeLedger
 
 
 class FakeFeedbackStore(FeedbackStore):
@@ -38,6 +40,8 @@ class FakeFeedbackStore(FeedbackStore):
         self._lock = threading.Lock()
         self._suppressions: dict[str, Suppression] = {}
         self._events: dict[tuple[str, str], EventRecord] = {}
+        if isinstance(ledger, FakeLedger):
+            ledger.feedback = self  # its weekly counts read these events, as SQL reads the table
 
     def known_customer(self, customer_id: str) -> bool:
         if customer_id in self._customers:
@@ -48,18 +52,15 @@ class FakeFeedbackStore(FeedbackStore):
             for e in self._ledger.snapshot_entries(p)
         )
 
-    def suppress(self, suppression: Suppression) -> bool:
-        with self._lock:
-            if suppression.customer_id in self._suppressions:
-                return False
-            self._suppressions[suppression.customer_id] = replace(
-                suppression, source=suppression.source[:200]
-            )
-            return True
+    # the suppression list is the ledger's: its cancellations and audit rows go with it
+    def suppress(self, suppression: Suppression, note: str = "") -> bool:
+        return self._ledger.suppress(suppression, note)
+
+    def unsuppress(self, customer_id: str, at: datetime, actor: str, reason: str) -> bool:
+        return self._ledger.unsuppress(customer_id, at, actor, reason)
 
     def suppressions(self) -> list[Suppression]:
-        with self._lock:
-            return [self._suppressions[c] for c in sorted(self._suppressions)]
+        return self._ledger.suppressions()
 
     def key_of_provider_message(self, provider_message_id: str) -> OperationKey | None:
         latest: tuple[int, OperationKey] | None = None

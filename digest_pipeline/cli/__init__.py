@@ -31,6 +31,7 @@ from digest_pipeline.cli import (
     serve,
     simulate,
     status,
+    suppress,
     sweep,
 )
 from digest_pipeline.cli.context import (
@@ -75,6 +76,7 @@ def build_parser() -> argparse.ArgumentParser:
         regenerate,
         sweep,
         audit,
+        suppress,
         serve,
         simulate,
     ):

@@ -36,6 +36,7 @@ def eligibility_snapshot(
 
     Frozen by the first materialisation of the partition; a re-run reuses it unchanged (metadata
     `reused`), so a customer who opts out or in after the freeze does not change the week.
+    Customers on the suppression list are left out (`suppressed_excluded`).
 
     Partitions are keyed by the ISO week's Monday (UTC): partition 2026-10-12 is period
     2026-W42; the metadata's `period` names the week.
@@ -59,6 +60,8 @@ def eligibility_snapshot(
             "selection_run_id": dg.MetadataValue.text(report.selection_run_id),
             "considered": report.considered,
             "invalid_ids": report.invalid_ids,
+            # customers on the suppression list the gate left out (0 on a re-run)
+            "suppressed_excluded": report.suppressed,
         }
     )
 

@@ -32,8 +32,10 @@ PARTITIONS_NOTE = (
 )
 #: items that reached the provider: never listed in `worst_items`
 DELIVERED = frozenset({DeliveryState.SENT, DeliveryState.CLEANED})
+#: items nobody needs to look at: delivered, or deliberately not sent to a suppressed customer
+SETTLED_AS_MEANT = DELIVERED | {DeliveryState.SUPPRESSED}
 #: what `worst_items` says for a week with nothing left to look at
-NONE_LEFT = "none: every item was sent (or sent and cleaned)"
+NONE_LEFT = "none: every item was sent (or sent and cleaned, or suppressed)"
 #: most severe first: needs an operator, then dead ends, then still moving
 _BY_SEVERITY = (
     DeliveryState.UNKNOWN,
@@ -84,12 +86,12 @@ def worst_items(
 ) -> dg.TableMetadataValue | dg.TextMetadataValue:
     """The `limit` worst items not sent, by (state severity, attempts desc, key).
 
-    Sent and cleaned items are left out; a week where every item went out says `NONE_LEFT` in
+    Sent, cleaned and suppressed items are left out; a week with nothing else says `NONE_LEFT` in
     text, because the UI draws an empty table as bare column headers. `items` may stream.
     """
     ranked = heapq.nsmallest(
         limit,
-        (i for i in items if i.state not in DELIVERED),
+        (i for i in items if i.state not in SETTLED_AS_MEANT),
         key=lambda i: (SEVERITY[i.state], -i.attempts, str(i.key)),
     )
     if not ranked:
@@ -194,6 +196,12 @@ def delivery_metadata(
         "duplicates_suppressed": metrics.duplicates_suppressed,
         "duplicate_sends": metrics.duplicate_sends,
         "dead_lettered_rows": sum(metrics.dead_letters.values()),
+        # what customers and the provider said (digest serve); `suppressed` above is the items
+        # cancelled because their customer was suppressed after the snapshot froze
+        "unsubscribes": metrics.feedback.unsubscribes,
+        "hard_bounces": metrics.feedback.hard_bounces,
+        "complaints": metrics.feedback.complaints,
+        "complaint_rate": metrics.complaint_rate,
         "batches": before["batches"],
         "claimed_this_run": this_run["claimed"],
         "sent_this_run": this_run[DeliveryState.SENT.value],

@@ -1,7 +1,8 @@
-"""Two warnings for operators on `digest_deliveries`: stale items and dead-letter volume.
+"""Three warnings for operators on `digest_deliveries`: stale items, dead letters, complaints.
 
 WARN severity: they never block cleanup; they tell an operator to look (is the sweeper running?
-is a provider refusing a whole domain?). Thresholds are `DeliveryResource` configuration.
+is a provider refusing a whole domain? are customers marking the digest as spam?). The first two
+thresholds are `DeliveryResource` configuration; the complaint rate is the mailbox providers'.
 """
 
 from datetime import timedelta
@@ -9,8 +10,9 @@ from datetime import timedelta
 import dagster as dg
 
 from digest_pipeline.defs.partitions import weekly_partitions
-from digest_pipeline.defs.report import check_result, percent_of, seconds
+from digest_pipeline.defs.report import DELIVERED, check_result, percent_of, seconds
 from digest_pipeline.defs.resources import DeliveryResource
+from digest_pipeline.domain.feedback import COMPLAINT_RATE_LIMIT
 from digest_pipeline.domain.periods import Period
 from digest_pipeline.domain.states import CLAIMABLE, DeliveryState
 from digest_pipeline.ports import Clock, Ledger
@@ -84,4 +86,44 @@ def dead_letter_volume(
         dead_letter_rate=round(rate, 4),
         dead_letter_rate_pct=dg.MetadataValue.text(f"{share}, {verdict}"),
         threshold=threshold,
+    )
+
+
+@dg.asset_check(asset="digest_deliveries", partitions_def=weekly_partitions)
+def complaint_rate(
+    context: dg.AssetCheckExecutionContext, ledger: dg.ResourceParam[Ledger]
+) -> dg.AssetCheckResult:
+    """Warns when spam complaints about the week's digests exceed 0.3 % of those delivered.
+
+    Complaints are the provider's `complained` events matched to the week's items (`digest
+    serve`); delivered is sent plus cleaned. 0.3 % is the rate Gmail and Yahoo hold bulk senders
+    to; above it, mail starts going to spam for everyone. Metadata `complaint_rate` (fraction)
+    and `complaint_rate_pct` (text), with the week's hard bounces and unsubscribes beside them.
+    Complaints keep arriving for days: the check reads the ledger as it is when it runs (each
+    sweep and re-run of the week evaluates it again).
+
+    Partitions are keyed by the ISO week's Monday (UTC): partition 2026-10-12 is period
+    2026-W42; the metadata's `period` names the week.
+    """
+    period = Period.parse(context.partition_key)
+    counts = ledger.feedback_counts(period)
+    delivered = sum(n for s, n in ledger.state_counts(period).items() if s in DELIVERED)
+    rate = counts.complaints / delivered if delivered else 0.0
+    share = percent_of(counts.complaints, delivered, "delivered")
+    limit = COMPLAINT_RATE_LIMIT
+    verdict = f"{'within' if rate <= limit else 'above'} the {100 * limit:.1f} % limit"
+    return check_result(
+        period,
+        rate <= limit,
+        counts.complaints if rate > limit else 0,
+        [],
+        f"{counts.complaints} complaint(s): {share} ({verdict})",
+        dg.AssetCheckSeverity.WARN,
+        delivered=delivered,
+        complaints=counts.complaints,
+        hard_bounces=counts.hard_bounces,
+        unsubscribes=counts.unsubscribes,
+        complaint_rate=round(rate, 4),
+        complaint_rate_pct=dg.MetadataValue.text(f"{share}, {verdict}"),
+        limit=limit,
     )

@@ -8,12 +8,13 @@ matched work item's state alone, what it does; the services record that decision
 
 import re
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
 from digest_pipeline.domain.errors import DigestError, InvalidOperationKey
-from digest_pipeline.domain.periods import OperationKey
+from digest_pipeline.domain.model import AuditEntry
+from digest_pipeline.domain.periods import OperationKey, Period
 from digest_pipeline.domain.states import DeliveryState
 
 
@@ -26,7 +27,7 @@ class SuppressionReason(StrEnum):
     HARD_BOUNCE = "hard_bounce"
     #: the provider reported a spam complaint about a digest
     COMPLAINT = "complaint"
-    #: an operator suppressed them (`digest suppress`, issue 16's second half)
+    #: an operator suppressed them (`digest suppress`)
     OPERATOR = "operator"
 
 
@@ -36,9 +37,51 @@ class Suppression:
 
     customer_id: str
     reason: SuppressionReason
-    #: what recorded it: `one_click`, or `provider:<name>:<event id>`
+    #: what recorded it: `one_click`, `provider:<name>:<event id>` or `operator:<name>`
     source: str
     created_at: datetime
+
+
+#: the longest suppression source kept (`provider:<name>:<event id>` fits); audit actors are shorter
+SOURCE_LENGTH, ACTOR_LENGTH = 200, 128
+
+
+def suppression_audit(s: Suppression, note: str) -> AuditEntry:
+    """The audit row of a suppression: who (its source), whom, why, and the operator's note."""
+    reason = f"{s.customer_id}: {s.reason.value}" + (f": {note}" if note else "")
+    return AuditEntry(s.created_at, s.source[:ACTOR_LENGTH], "suppress", None, None, None, reason)
+
+
+def unsuppression_audit(customer_id: str, at: datetime, actor: str, reason: str) -> AuditEntry:
+    """The audit row of taking a customer off the list."""
+    entry = f"{customer_id}: {reason}"
+    return AuditEntry(at, actor[:ACTOR_LENGTH], "unsuppress", None, None, None, entry)
+
+
+#: complaints above this share of a week's delivered digests fail its WARN check: the rate the
+#: large mailbox providers hold bulk senders to (Gmail and Yahoo, 2024)
+COMPLAINT_RATE_LIMIT = 0.003
+
+
+def unsubscribe_window(period: Period) -> tuple[datetime, datetime]:
+    """When a one-click unsubscribe counts toward `period`: the week after it ended.
+
+    A week's digest goes out once the week is over and is in the mailboxes for the next week;
+    the link names only the customer (it must keep working), so its week is read from the time.
+    """
+    return period.ends_at, period.ends_at + timedelta(weeks=1)
+
+
+@dataclass(frozen=True)
+class FeedbackCounts:
+    """What customers and the provider said about one week's digests (asset metadata)."""
+
+    #: one-click unsubscribes recorded in `unsubscribe_window(period)`
+    unsubscribes: int = 0
+    #: the week's items with a hard bounce event
+    hard_bounces: int = 0
+    #: the week's items with a spam complaint event
+    complaints: int = 0
 
 
 class EventType(StrEnum):

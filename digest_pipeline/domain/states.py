@@ -28,6 +28,9 @@ class DeliveryState(StrEnum):
     FAILED = "failed"
     #: a retry bound (attempts, age, delivery window, unknown retention) was hit
     DEAD_LETTERED = "dead_lettered"
+    #: never sent because the customer was suppressed (unsubscribed, bounced, complained, an
+    #: operator) after the snapshot froze; the suppression list keeps them out of later weeks
+    SUPPRESSED = "suppressed"
 
 
 class NotRecorded(StrEnum):
@@ -60,6 +63,9 @@ ALLOWED_TRANSITIONS: frozenset[tuple[DeliveryState, DeliveryState]] = frozenset(
         (DeliveryState.UNKNOWN, DeliveryState.RETRY_SCHEDULED),
         (DeliveryState.UNKNOWN, DeliveryState.DEAD_LETTERED),
         (DeliveryState.SENT, DeliveryState.CLEANED),
+        # a suppressed customer's item that was never claimed is cancelled, not sent
+        (DeliveryState.PENDING, DeliveryState.SUPPRESSED),
+        (DeliveryState.RETRY_SCHEDULED, DeliveryState.SUPPRESSED),
         # only `replay` makes these two moves
         (DeliveryState.DEAD_LETTERED, DeliveryState.PENDING),
         (DeliveryState.FAILED, DeliveryState.PENDING),
@@ -70,9 +76,15 @@ ALLOWED_TRANSITIONS: frozenset[tuple[DeliveryState, DeliveryState]] = frozenset(
 CLAIMABLE: frozenset[DeliveryState] = frozenset(
     {DeliveryState.PENDING, DeliveryState.RETRY_SCHEDULED}
 )
-#: States that need nothing more from the system (replay can still reopen the last two).
+#: States that need nothing more from the system (replay can still reopen failed and
+#: dead-lettered items; a suppressed one is reopened by nothing).
 TERMINAL: frozenset[DeliveryState] = frozenset(
-    {DeliveryState.CLEANED, DeliveryState.FAILED, DeliveryState.DEAD_LETTERED}
+    {
+        DeliveryState.CLEANED,
+        DeliveryState.FAILED,
+        DeliveryState.DEAD_LETTERED,
+        DeliveryState.SUPPRESSED,
+    }
 )
 #: States an operator may replay.
 REPLAYABLE: frozenset[DeliveryState] = frozenset(

@@ -475,6 +475,29 @@ def delivered_per_provider(
     )
 
 
+#: the audit actor of an item cancelled because its customer is on the suppression list
+SUPPRESSION_ACTOR = "system:suppression"
+
+
+def cancelled_by_suppression(item: WorkItem, now: datetime, reason: str) -> Transition:
+    """A never-claimed item of a suppressed customer, ended as `suppressed` instead of sent.
+
+    `reason` is the suppression's reason (`unsubscribed`, `hard_bounce`, …); the audit row
+    says it, and `last_detail` reads `suppressed:<reason>` in the UI's tables.
+    """
+    if item.state not in CLAIMABLE:
+        raise LostRace(f"{item.key}: {item.state.value}; only unclaimed items are cancelled")
+    return Transition(
+        item.key,
+        item.state,
+        item.lease_token,
+        DeliveryState.SUPPRESSED,
+        now,
+        detail=f"suppressed:{reason}",
+        audit=AuditNote(SUPPRESSION_ACTOR, "suppress", f"customer suppressed: {reason}"),
+    )
+
+
 def _reconciled(evidence: "Evidence", actor: str) -> dict[str, Any]:
     """The detail and audit note of a move made on evidence (reconciliation's, or a retry's)."""
     return {

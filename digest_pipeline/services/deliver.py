@@ -71,6 +71,8 @@ class DeliveryReport:
     lost_races: int = 0
     #: claims given back due without an attempt: of a refused period, or after the breaker opened
     released: int = 0
+    #: never-claimed items of suppressed customers, cancelled before the run claimed anything
+    suppressed: int = 0
 
     def count(self, states: Sequence[Settled]) -> None:
         for state in states:
@@ -87,6 +89,7 @@ class DeliveryReport:
         self.outcomes.update(other.outcomes)
         self.lost_races += other.lost_races
         self.released += other.released
+        self.suppressed += other.suppressed
 
 
 @dataclass(frozen=True)
@@ -596,6 +599,9 @@ def deliver_due(
         deliverer.require_snapshot(checked)
     size, depth = wave_shape(concurrency, deliverer.mailer.capabilities.remote)
     run = _Run(deliverer, period, Breaker(breaker_threshold), size, depth)
+    # a customer suppressed after the snapshot froze (or between runs) is never claimed: their
+    # unclaimed items end `suppressed` before this run takes any
+    run.done.suppressed = len(deliverer.ledger.cancel_suppressed(deliverer.clock.now(), period))
     # `depth` waves overlap: while some waves' sends are in flight, this thread records the
     # outcomes of the wave that finished and starts the next; together they never hold more
     # than `concurrency` open attempts. A wave is finished before the next one is taken, so
@@ -608,13 +614,14 @@ def deliver_due(
         run.drain()
     run.give_back_queued()
     done = run.done
-    if done.claimed:
+    if done.claimed or done.suppressed:
         log_event(
             "delivered",
             owner=deliverer.owner,
             claimed=done.claimed,
             lost_races=done.lost_races,
             released=done.released or None,
+            suppressed=done.suppressed or None,
             **dict(sorted(done.outcomes.items())),
         )
     if report is not None:

@@ -5,10 +5,11 @@ process saw.
 """
 
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 
 from digest_pipeline.domain.failures import FailureClass
+from digest_pipeline.domain.feedback import FeedbackCounts
 from digest_pipeline.domain.periods import Period
 from digest_pipeline.domain.states import CLAIMABLE, DeliveryState
 from digest_pipeline.ports import Ledger
@@ -46,6 +47,8 @@ class PeriodMetrics:
     cleanup_lag_p50_s: float | None
     cleanup_lag_max_s: float | None
     dead_letters: dict[str, int]
+    #: what customers and the provider said about the week's digests (issue 16)
+    feedback: FeedbackCounts = field(default_factory=FeedbackCounts)
 
     @property
     def delivered(self) -> int:
@@ -58,6 +61,11 @@ class PeriodMetrics:
     def delivered_fraction(self) -> float | None:
         """`delivered` / `eligible` in [0, 1]; None for a period with nobody eligible."""
         return self.delivered / self.eligible if self.eligible else None
+
+    @property
+    def complaint_rate(self) -> float | None:
+        """Complaints / delivered in [0, 1]; None before anything was delivered."""
+        return self.feedback.complaints / self.delivered if self.delivered else None
 
     def as_flat_dict(self) -> dict[str, float | int | str | None]:
         """Scalar metrics with stable names, for metadata and JSON."""
@@ -75,6 +83,10 @@ class PeriodMetrics:
             "cleanup_lag_p50_s": self.cleanup_lag_p50_s,
             "cleanup_lag_max_s": self.cleanup_lag_max_s,
             "dead_lettered_rows": sum(self.dead_letters.values()),
+            "unsubscribes": self.feedback.unsubscribes,
+            "hard_bounces": self.feedback.hard_bounces,
+            "complaints": self.feedback.complaints,
+            "complaint_rate": self.complaint_rate,
         }
         flat |= {s: self.by_state.get(s, 0) for s in (st.value for st in DeliveryState)}
         flat |= {f"retry_rate_{k}": v for k, v in self.retry_rate.items()}
@@ -122,4 +134,5 @@ def period_metrics(ledger: Ledger, period: Period, now: datetime) -> PeriodMetri
         cleanup_lag_p50_s=percentile(lags, 50),
         cleanup_lag_max_s=max(lags) if lags else None,
         dead_letters=dict(Counter(d.reason for d in ledger.dead_letters(period))),
+        feedback=ledger.feedback_counts(period),
     )

@@ -1,7 +1,10 @@
 """Eligibility: select active, opted-in customers for a period and freeze the selection once.
 
 A re-run reuses the frozen selection without reading the source again, so a customer who turns
-inactive (or opts in) after the freeze does not change the period.
+inactive (or opts in) after the freeze does not change the period. A customer on the suppression
+list (unsubscribed, bounced, complained, or suppressed by an operator) is left out and counted;
+one suppressed after the freeze stays in the frozen selection, and their item is cancelled
+instead (`WorkQueue.cancel_suppressed`).
 
 An eligible customer whose id cannot form an operation key, or whose address is longer than
 MAX_ADDRESS_LENGTH, is left out and counted (`domain.model.exclusion`); `count_exclusions`
@@ -35,6 +38,8 @@ class SnapshotReport:
     invalid_ids: int = 0
     #: customers whose address is longer than MAX_ADDRESS_LENGTH; left out and counted
     long_addresses: int = 0
+    #: eligible customers on the suppression list; left out and counted
+    suppressed: int = 0
 
 
 #: how many ids of customers with an over-long address an exclusion count names
@@ -86,7 +91,15 @@ def take_snapshot(
         return SnapshotReport(
             period, True, existing.eligible_count, existing.selection_run_id, existing.selected_at
         )
-    counts = {"considered": 0, Exclusion.INVALID_ID: 0, Exclusion.ADDRESS_TOO_LONG: 0}
+    counts = {
+        "considered": 0,
+        "suppressed": 0,
+        Exclusion.INVALID_ID: 0,
+        Exclusion.ADDRESS_TOO_LONG: 0,
+    }
+    # read before the source: a suppression recorded while the source streams is caught by
+    # the cancellation before delivery, never lost
+    suppressed = ledger.suppressed_ids()
 
     def selected() -> Iterator[SnapshotEntry]:
         for customer in source.customers():
@@ -96,6 +109,9 @@ def take_snapshot(
             why = exclusion(customer)
             if why is not None:
                 counts[why] += 1
+                continue
+            if customer.customer_id in suppressed:
+                counts["suppressed"] += 1
                 continue
             yield SnapshotEntry(customer.customer_id, customer.email)
 
@@ -107,6 +123,7 @@ def take_snapshot(
         eligible=info.eligible_count,
         invalid_ids=counts[Exclusion.INVALID_ID],
         long_addresses=counts[Exclusion.ADDRESS_TOO_LONG],
+        suppressed=counts["suppressed"],
     )
     return SnapshotReport(
         period,
@@ -117,4 +134,5 @@ def take_snapshot(
         counts["considered"],
         counts[Exclusion.INVALID_ID],
         counts[Exclusion.ADDRESS_TOO_LONG],
+        counts["suppressed"],
     )

@@ -31,7 +31,7 @@ from digest_pipeline.defs.deliveries import digest_deliveries
 from digest_pipeline.defs.resources import DeliveryResource
 from digest_pipeline.defs.sensors import digest_retry_sweeper
 from digest_pipeline.defs.snapshot_checks import no_invalid_recipients
-from digest_pipeline.defs.warning_checks import dead_letter_volume, stale_items
+from digest_pipeline.defs.warning_checks import complaint_rate, dead_letter_volume, stale_items
 from digest_pipeline.domain.catalogue import Order, Product
 from digest_pipeline.ports import Mailer
 from digest_pipeline_tests.builders import customer_id, make_customer
@@ -62,6 +62,7 @@ CHECKS = (
     every_due_item_attempted,
     stale_items,
     dead_letter_volume,
+    complaint_rate,
     at_most_one_cleanup_per_key,
 )
 PRODUCTS = 6

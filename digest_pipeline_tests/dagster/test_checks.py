@@ -10,10 +10,12 @@ import dagster as dg
 import pytest
 
 from digest_pipeline.domain.failures import FailureClass, SendOutcome
+from digest_pipeline.domain.feedback import EventType, ProviderEvent
 from digest_pipeline.domain.model import AuditNote, Claim, Transition
 from digest_pipeline.domain.policy import DeliveryPolicy
 from digest_pipeline.domain.states import DeliveryState
 from digest_pipeline.ports import Mailer
+from digest_pipeline.services.feedback import record_event
 from digest_pipeline_tests.builders import complete_one, key_of, start_one
 from digest_pipeline_tests.conftest import T0, W42
 from digest_pipeline_tests.dagster.harness import (
@@ -25,6 +27,7 @@ from digest_pipeline_tests.dagster.harness import (
     metadata,
 )
 from digest_pipeline_tests.fakes import FakeMailer, FixedClock
+from digest_pipeline_tests.feedback_fakes import FakeFeedbackStore
 
 LEASE = DeliveryPolicy().lease
 CHECK_NAMES = sorted(spec.name for c in CHECKS for spec in c.check_specs)
@@ -249,3 +252,27 @@ def test_dead_letter_volume_warns_above_its_threshold(world_of, threshold, passe
     verdict = "within the 25.0 % threshold" if passed else "above the 5.0 % threshold"
     assert evaluation.metadata["dead_letter_rate_pct"].value == f"20.0 % of 5 eligible, {verdict}"
     assert f"20.0 % of 5 eligible ({verdict})" in (evaluation.description or "")
+
+
+@pytest.mark.parametrize(("complaints", "passed"), [(1, True), (2, False)])
+def test_complaint_rate_warns_above_three_in_a_thousand_delivered(world_of, complaints, passed):
+    world = world_of(400)
+    assert world.materialize().success
+    store = FakeFeedbackStore(world.ledger)
+    for n in range(1, complaints + 1):
+        event = ProviderEvent("resend", f"e-{n}", EventType.COMPLAINT, None, key_of(n))
+        record_event(store, world.ledger, world.ledger, world.clock, event)
+
+    # the week's checks run again (a re-run sends nothing twice) and read the events
+    result = world.materialize()
+
+    assert result.success
+    evaluation = checks(result)["complaint_rate"]
+    assert (evaluation.passed, evaluation.severity.value) == (passed, "WARN")
+    assert evaluation.metadata["complaints"].value == complaints
+    assert evaluation.metadata["delivered"].value == 400
+    assert evaluation.metadata["complaint_rate"].value == round(complaints / 400, 4)
+    verdict = "within the 0.3 % limit" if passed else "above the 0.3 % limit"
+    assert verdict in (evaluation.description or "")
+    deliveries = metadata(result, "digest_deliveries")
+    assert (deliveries["complaints"], deliveries["suppressed"]) == (complaints, 0)

@@ -24,6 +24,7 @@ CHECKS_BY_ASSET = {
     ("digest_deliveries", "every_due_item_attempted", True),
     ("digest_deliveries", "stale_items", False),
     ("digest_deliveries", "dead_letter_volume", False),
+    ("digest_deliveries", "complaint_rate", False),
     ("digest_cleanup", "at_most_one_cleanup_per_key", False),
 }
 

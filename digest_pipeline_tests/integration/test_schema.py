@@ -9,11 +9,12 @@ from collections import Counter
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
-from sqlalchemy import Engine, inspect, select, text
+from sqlalchemy import Engine, inspect, select, text, update
 from sqlalchemy.exc import IntegrityError
 
 from digest_pipeline.adapters.sql.engine import (
@@ -23,7 +24,13 @@ from digest_pipeline.adapters.sql.engine import (
     schema_revision,
 )
 from digest_pipeline.adapters.sql.ledger import SqlLedger
-from digest_pipeline.adapters.sql.schema import digest_rows, digest_rows_archive, metadata
+from digest_pipeline.adapters.sql.schema import (
+    digest_rows,
+    digest_rows_archive,
+    metadata,
+    work_items,
+)
+from digest_pipeline.domain.feedback import Suppression, SuppressionReason
 from digest_pipeline.domain.model import CleanupMode
 from digest_pipeline.domain.periods import Period
 from digest_pipeline.domain.states import DeliveryState
@@ -32,6 +39,7 @@ from digest_pipeline_tests.builders import (
     ROWS_PER_CUSTOMER,
     deliver_all,
     failed_invariants,
+    key_of,
     make_deliverer,
     seed_period,
 )
@@ -48,30 +56,38 @@ def test_migrated_schema_matches_the_declared_tables(sql_ledger):
 
 def test_schema_version_is_recorded_at_head_and_migrating_again_is_a_no_op(sql_ledger):
     engine = sql_ledger.engine
-    assert schema_revision(engine) == head_revision() == "0007"
+    assert schema_revision(engine) == head_revision() == "0008"
     before = sorted(inspect(engine).get_table_names())
     migrate(engine)
-    assert schema_revision(engine) == "0007"
+    assert schema_revision(engine) == "0008"
     assert sorted(inspect(engine).get_table_names()) == before
     assert {t.name for t in metadata.sorted_tables} <= set(before)
 
 
-@pytest.fixture
-def ledger_at_0003(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Engine]:
-    """A ledger migrated only to 0003 (PostgreSQL: the shared database, put back at head after)."""
-    backend = request.param
-    if backend == "sqlite":
-        engine = create_ledger_engine(f"sqlite:///{tmp_path / 'ledger-0003.db'}")
-        migrate(engine, "0003")
+def _ledger_at(request: pytest.FixtureRequest, tmp_path: Path, revision: str) -> Iterator[Engine]:
+    """A ledger migrated only to `revision` (PostgreSQL: the shared database, put back after)."""
+    if request.param == "sqlite":
+        engine = create_ledger_engine(f"sqlite:///{tmp_path / f'ledger-{revision}.db'}")
+        migrate(engine, revision)
         yield engine
         engine.dispose()
         return
     engine = request.getfixturevalue("pg_engine")
-    _recreate_pg(engine, "0003")
+    _recreate_pg(engine, revision)
     try:
         yield engine
     finally:
         _recreate_pg(engine, "head")
+
+
+@pytest.fixture
+def ledger_at_0003(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Engine]:
+    yield from _ledger_at(request, tmp_path, "0003")
+
+
+@pytest.fixture
+def ledger_at_0007(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Engine]:
+    yield from _ledger_at(request, tmp_path, "0007")
 
 
 def _recreate_pg(engine: Engine, revision: str) -> None:
@@ -99,9 +115,13 @@ def _dump(engine: Engine, names: set[str]) -> dict[str, list[str]]:
 
 
 @pytest.mark.parametrize("ledger_at_0003", SQL_BACKENDS, indirect=True)
-def test_a_ledger_that_reused_row_ids_upgrades_with_its_data_and_cleans_again(ledger_at_0003):
+def test_a_ledger_that_reused_row_ids_upgrades_with_its_data_and_cleans_again(
+    ledger_at_0003, monkeypatch
+):
     engine = ledger_at_0003
     ledger, clock = SqlLedger(engine), FixedClock(T0)
+    # the delivery code of 0003's time had no suppression list (0007) to read
+    monkeypatch.setattr(SqlLedger, "cancel_suppressed", lambda self, now, period=None: [])
     week_1, week_2, week_3 = (
         Period.of((W42.starts_at + timedelta(weeks=n)).date()) for n in (0, 1, 2)
     )
@@ -126,6 +146,7 @@ def test_a_ledger_that_reused_row_ids_upgrades_with_its_data_and_cleans_again(le
     before = _dump(engine, tables)
 
     migrate(engine)
+    monkeypatch.undo()
 
     assert schema_revision(engine) == head_revision()
     assert _dump(engine, tables) == before
@@ -145,3 +166,53 @@ def test_a_ledger_that_reused_row_ids_upgrades_with_its_data_and_cleans_again(le
     assert Counter(keys) == dict.fromkeys(cleaned, ROWS_PER_CUSTOMER)
     for period in (week_1, week_2, week_3):
         assert failed_invariants(ledger, period, clock.now()) == []
+
+
+@pytest.mark.parametrize("ledger_at_0007", SQL_BACKENDS, indirect=True)
+def test_a_0007_ledger_upgrades_with_its_items_and_then_holds_a_suppressed_one(ledger_at_0007):
+    engine = ledger_at_0007
+    ledger, clock = SqlLedger(engine), FixedClock(T0)
+    seed_period(ledger, 3, now=clock.now())
+    # the constraint 0007 built refuses the new state
+    with pytest.raises(IntegrityError), engine.begin() as conn:
+        conn.execute(update(work_items).values(state=DeliveryState.SUPPRESSED.value))
+    tables = set(inspect(engine).get_table_names())
+    before = _dump(engine, tables)
+
+    migrate(engine)
+
+    assert schema_revision(engine) == head_revision()
+    assert _dump(engine, tables) == before
+    gone = key_of(2)
+    ledger.suppress(Suppression(gone.customer_id, SuppressionReason.OPERATOR, "operator:o", T0))
+    states = {i.key: i.state for i in ledger.items(W42)}
+    assert states == {
+        key_of(1): DeliveryState.PENDING,
+        gone: DeliveryState.SUPPRESSED,
+        key_of(3): DeliveryState.PENDING,
+    }
+    # every other constraint survived the rebuild
+    with pytest.raises(IntegrityError), engine.begin() as conn:
+        conn.execute(update(work_items).values(state="sending"))
+    with pytest.raises(IntegrityError), engine.begin() as conn:
+        conn.execute(update(work_items).values(last_failure_class="cosmic"))
+
+
+def test_a_sqlite_migration_that_would_leave_a_dangling_reference_commits_nothing(tmp_path):
+    engine = create_ledger_engine(f"sqlite:///{tmp_path / 'dangling.db'}")
+    migrate(engine, "0007")
+    # a row no foreign-key-checked write could make: written with the check off
+    with engine.connect() as conn:
+        raw: Any = conn.connection.driver_connection
+        raw.execute("PRAGMA foreign_keys=OFF")
+        raw.execute(
+            "INSERT INTO attempts (operation_key, number, lease_token, worker, started_at,"
+            " duplicate) VALUES ('digest:2026-W42:nobody', 1, 1, 'w', '2026-10-19 00:00:00', 0)"
+        )
+        raw.execute("PRAGMA foreign_keys=ON")
+
+    with pytest.raises(RuntimeError, match="foreign keys"):
+        migrate(engine)
+
+    assert schema_revision(engine) == "0007"
+    engine.dispose()

@@ -184,6 +184,7 @@ def test_the_ui_shows_the_weeks_materialization_metadata_and_check_results(
             "every_due_item_attempted",
             "stale_items",
             "dead_letter_volume",
+            "complaint_rate",
         }
     )
     assert all(v.passed for v in verdicts.values())  # a clean week: nothing failed or warned

@@ -268,6 +268,7 @@ def test_flat_metrics_name_every_state_even_when_empty(clock):
         "unknown": 0,
         "failed": 1,
         "dead_lettered": 0,
+        "suppressed": 0,
     }
     assert flat["period"] == "2026-W42"
     assert flat["retry_rate_transient"] == pytest.approx(0.2)

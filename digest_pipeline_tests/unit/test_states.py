@@ -43,6 +43,9 @@ EXPECTED_ALLOWED: frozenset[tuple[DeliveryState, DeliveryState]] = frozenset(
         ),  # a bound was hit while waiting
         (DeliveryState.DEAD_LETTERED, DeliveryState.PENDING),  # operator replay
         (DeliveryState.FAILED, DeliveryState.PENDING),  # operator replay
+        # issue 16: a suppressed customer's never-claimed item is cancelled instead of sent
+        (DeliveryState.PENDING, DeliveryState.SUPPRESSED),
+        (DeliveryState.RETRY_SCHEDULED, DeliveryState.SUPPRESSED),
     }
 )
 
@@ -93,7 +96,7 @@ def test_state_value_is_its_lower_case_name(state):
     assert state.value == state.name.lower()
 
 
-def test_states_are_exactly_the_designs_eight():
+def test_states_are_the_designs_eight_and_issue_16s_suppressed():
     assert {s.value for s in DeliveryState} == {
         "pending",
         "claimed",
@@ -103,6 +106,7 @@ def test_states_are_exactly_the_designs_eight():
         "unknown",
         "failed",
         "dead_lettered",
+        "suppressed",
     }
 
 
@@ -113,9 +117,16 @@ def test_claimable_states_are_pending_and_retry_scheduled():
     assert frozenset({DeliveryState.PENDING, DeliveryState.RETRY_SCHEDULED}) == CLAIMABLE
 
 
-def test_terminal_states_are_cleaned_failed_and_dead_lettered():
+def test_terminal_states_are_cleaned_failed_dead_lettered_and_suppressed():
     assert (
-        frozenset({DeliveryState.CLEANED, DeliveryState.FAILED, DeliveryState.DEAD_LETTERED})
+        frozenset(
+            {
+                DeliveryState.CLEANED,
+                DeliveryState.FAILED,
+                DeliveryState.DEAD_LETTERED,
+                DeliveryState.SUPPRESSED,
+            }
+        )
         == TERMINAL
     )
 

@@ -369,11 +369,28 @@ def _alembic_config() -> Config:
 
 
 def migrate(engine: Engine, revision: str = "head") -> None:
-    """Brings the schema up to `revision`; safe to call on every start."""
+    """Brings the schema up to `revision`; safe to call on every start.
+
+    On SQLite the foreign keys are off while the migrations run, and checked whole before the
+    commit: a batch rebuild drops and recreates a table others reference (0008's
+    `work_items`), which a per-statement check refuses, and SQLite turns the check off only
+    outside a transaction (its documented ALTER TABLE procedure).
+    """
     cfg = _alembic_config()
-    with engine.begin() as conn:
-        cfg.attributes["connection"] = conn
-        command.upgrade(cfg, revision)
+    with engine.connect() as conn:
+        sqlite = conn.dialect.name == "sqlite"
+        raw: Any = conn.connection.driver_connection if sqlite else None
+        if sqlite:
+            raw.execute("PRAGMA foreign_keys=OFF")
+        try:
+            with conn.begin():
+                cfg.attributes["connection"] = conn
+                command.upgrade(cfg, revision)
+                if sqlite and conn.exec_driver_sql("PRAGMA foreign_key_check").first():
+                    raise RuntimeError("a migration left rows whose foreign keys match nothing")
+        finally:
+            if sqlite:
+                raw.execute("PRAGMA foreign_keys=ON")
 
 
 def schema_revision(engine: Engine) -> str | None:

@@ -1,23 +1,24 @@
-"""The `FeedbackStore` port in SQL: the suppression list and the provider events (issue 16).
+"""The `FeedbackStore` port in SQL: the provider events, and the ledger's suppression list (issue 16).
 
-Both are written with `INSERT … ON CONFLICT DO NOTHING` on their keys (customer id; provider and
-event id), so concurrent requests for the same customer or event record it once, on SQLite and
-PostgreSQL alike. It also holds the reads of the ledger `digest serve` needs that the `Ledger`
+Events are written with `INSERT … ON CONFLICT DO NOTHING` on (provider, event id), so concurrent
+requests for the same event record it once, on SQLite and PostgreSQL alike; suppressions are the
+ledger's own (`adapters/sql/suppressions.py`), which cancel a customer's unclaimed items in the
+same transaction. It also holds the reads of the ledger `digest serve` needs that the `Ledger`
 port lacks: whether a customer id is known, and which attempt a provider message id names.
 """
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import Engine, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 
+from digest_pipeline.adapters.sql.ledger import SqlLedger
 from digest_pipeline.adapters.sql.schema import (
     attempts,
     customers,
     eligibility_snapshot,
     provider_events,
-    suppressions,
 )
 from digest_pipeline.domain.feedback import (
     ClaimStatus,
@@ -26,7 +27,6 @@ from digest_pipeline.domain.feedback import (
     EventRecord,
     EventType,
     Suppression,
-    SuppressionReason,
 )
 from digest_pipeline.domain.periods import OperationKey
 from digest_pipeline.ports import FeedbackStore
@@ -60,11 +60,12 @@ def _event_row(r: EventRecord) -> dict[str, Any]:
 
 
 class SqlFeedbackStore(FeedbackStore):
-    """Suppressions and provider events over an SQLAlchemy engine (schema from `migrate`)."""
+    """Provider events over an SQLAlchemy engine (schema from `migrate`), and the ledger's list."""
 
     def __init__(self, engine: Engine) -> None:
         self._engine = engine
         self._dialect: Any = postgresql if engine.dialect.name == "postgresql" else sqlite
+        self._ledger = SqlLedger(engine)
 
     @property
     def engine(self) -> Engine:
@@ -84,30 +85,14 @@ class SqlFeedbackStore(FeedbackStore):
                 return True
             return conn.execute(snapshotted).first() is not None
 
-    def suppress(self, suppression: Suppression) -> bool:
-        row = {
-            "customer_id": suppression.customer_id,
-            "reason": suppression.reason.value,
-            "source": suppression.source[:200],
-            "created_at": suppression.created_at,
-        }
-        # RETURNING, not rowcount: psycopg reports -1 for an INSERT … ON CONFLICT DO NOTHING
-        insert = (
-            self._dialect.insert(suppressions)
-            .values(row)
-            .on_conflict_do_nothing()
-            .returning(suppressions.c.customer_id)
-        )
-        with self._engine.begin() as conn:
-            return conn.execute(insert).first() is not None
+    def suppress(self, suppression: Suppression, note: str = "") -> bool:
+        return self._ledger.suppress(suppression, note)
+
+    def unsuppress(self, customer_id: str, at: datetime, actor: str, reason: str) -> bool:
+        return self._ledger.unsuppress(customer_id, at, actor, reason)
 
     def suppressions(self) -> list[Suppression]:
-        with self._engine.connect() as conn:
-            rows = conn.execute(select(suppressions).order_by(suppressions.c.customer_id))
-            return [
-                Suppression(r.customer_id, SuppressionReason(r.reason), r.source, r.created_at)
-                for r in rows
-            ]
+        return self._ledger.suppressions()
 
     def key_of_provider_message(self, provider_message_id: str) -> OperationKey | None:
         query = (

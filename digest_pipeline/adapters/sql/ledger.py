@@ -8,13 +8,13 @@ PostgreSQL and a serialized `BEGIN IMMEDIATE` transaction on SQLite.
 from digest_pipeline.adapters.sql.cleanup import SqlCleaner
 from digest_pipeline.adapters.sql.content import SqlContent
 from digest_pipeline.adapters.sql.measurements import SqlMeasurements
-from digest_pipeline.adapters.sql.queue import SqlWorkQueue
 from digest_pipeline.adapters.sql.read_model import SqlReadModel
 from digest_pipeline.adapters.sql.snapshots import SqlSnapshots
+from digest_pipeline.adapters.sql.suppressions import SqlSuppressions
 from digest_pipeline.ports import Ledger
 
 
 class SqlLedger(
-    SqlSnapshots, SqlContent, SqlWorkQueue, SqlCleaner, SqlReadModel, SqlMeasurements, Ledger
+    SqlSnapshots, SqlContent, SqlSuppressions, SqlCleaner, SqlReadModel, SqlMeasurements, Ledger
 ):
     """The `Ledger` port over an SQLAlchemy engine (schema from `engine.migrate`)."""

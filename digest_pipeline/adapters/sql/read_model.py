@@ -4,6 +4,7 @@ from collections.abc import Collection, Iterable, Iterator, Sequence
 from datetime import datetime
 
 from sqlalchemy import (
+    distinct,
     func,
     select,
 )
@@ -15,8 +16,16 @@ from digest_pipeline.adapters.sql.schema import (
     attempts,
     audit_log,
     dead_letters,
+    provider_events,
+    suppressions,
 )
 from digest_pipeline.domain.chunks import chunked
+from digest_pipeline.domain.feedback import (
+    EventType,
+    FeedbackCounts,
+    SuppressionReason,
+    unsubscribe_window,
+)
 from digest_pipeline.domain.model import (
     Attempt,
     AuditEntry,
@@ -24,7 +33,7 @@ from digest_pipeline.domain.model import (
     InvariantResult,
     WorkItem,
 )
-from digest_pipeline.domain.periods import OperationKey, Period
+from digest_pipeline.domain.periods import KEY_PREFIX, OperationKey, Period
 from digest_pipeline.domain.states import TERMINAL, DeliveryState
 from digest_pipeline.ports import (
     AuditTrail,
@@ -117,6 +126,36 @@ class SqlReadModel(SqlBase, ReadModel, AuditTrail):
     def record_audit(self, entry: AuditEntry) -> None:
         with self._engine.begin() as conn:
             self._insert_audit(conn, entry)
+
+    def feedback_counts(self, period: Period) -> FeedbackCounts:
+        start, end = unsubscribe_window(period)
+        sp, pe = suppressions, provider_events
+        unsubscribes = (
+            select(func.count())
+            .select_from(sp)
+            .where(
+                sp.c.reason == SuppressionReason.UNSUBSCRIBED.value,
+                sp.c.created_at >= start,
+                sp.c.created_at < end,
+            )
+        )
+        # the key's prefix holds no LIKE wildcard ('%', '_'): `digest:2026-W42:`
+        events = (
+            select(pe.c.type, func.count(distinct(pe.c.operation_key)))
+            .where(
+                pe.c.operation_key.like(f"{KEY_PREFIX}:{period}:%"),
+                pe.c.type.in_([EventType.HARD_BOUNCE.value, EventType.COMPLAINT.value]),
+            )
+            .group_by(pe.c.type)
+        )
+        with self._engine.connect() as conn:
+            unsubscribed = conn.execute(unsubscribes).scalar_one()
+            by_type: dict[str, int] = {t: n for t, n in conn.execute(events)}
+        return FeedbackCounts(
+            unsubscribes=unsubscribed,
+            hard_bounces=by_type.get(EventType.HARD_BOUNCE.value, 0),
+            complaints=by_type.get(EventType.COMPLAINT.value, 0),
+        )
 
     def audit_log(self, period: Period | None = None) -> list[AuditEntry]:
         q = select(audit_log).order_by(audit_log.c.audit_id)

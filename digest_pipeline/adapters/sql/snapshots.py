@@ -15,6 +15,7 @@ from digest_pipeline.adapters.sql.base import CHUNK, KEYS, SqlBase, insert_rows,
 from digest_pipeline.adapters.sql.schema import (
     eligibility_snapshot,
     period_runs,
+    suppressions,
 )
 from digest_pipeline.domain.chunks import chunked
 from digest_pipeline.domain.model import (
@@ -100,6 +101,10 @@ class SqlSnapshots(SqlBase, SnapshotStore):
             if len(entries) < page:
                 return
             after = entries[-1].customer_id
+
+    def suppressed_ids(self) -> frozenset[str]:
+        with self._engine.connect() as conn:
+            return frozenset(conn.execute(select(suppressions.c.customer_id)).scalars())
 
     def recipients(self, keys: Sequence[OperationKey]) -> dict[OperationKey, str]:
         es = eligibility_snapshot

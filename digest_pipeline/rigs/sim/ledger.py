@@ -15,6 +15,7 @@ from datetime import datetime, timedelta
 
 from digest_pipeline.domain.errors import DigestError, LostRace
 from digest_pipeline.domain.failures import FailureClass, SendOutcome
+from digest_pipeline.domain.feedback import FeedbackCounts, Suppression
 from digest_pipeline.domain.model import (
     Attempt,
     AttemptTicket,
@@ -170,6 +171,24 @@ class ObservedLedger(Ledger):
 
     def recipients(self, keys: Sequence[OperationKey]) -> dict[OperationKey, str]:
         return self.inner.recipients(keys)
+
+    def feedback_counts(self, period: Period) -> FeedbackCounts:
+        return self.inner.feedback_counts(period)
+
+    def suppressed_ids(self) -> frozenset[str]:
+        return self.inner.suppressed_ids()
+
+    def cancel_suppressed(self, now: datetime, period: Period | None = None) -> list[OperationKey]:
+        return self.inner.cancel_suppressed(now, period)
+
+    def suppress(self, suppression: Suppression, note: str = "") -> bool:
+        return self.inner.suppress(suppression, note)
+
+    def unsuppress(self, customer_id: str, at: datetime, actor: str, reason: str) -> bool:
+        return self.inner.unsuppress(customer_id, at, actor, reason)
+
+    def suppressions(self) -> list[Suppression]:
+        return self.inner.suppressions()
 
     def add_digest_rows(self, rows: Iterable[DigestRow]) -> int:
         return self.inner.add_digest_rows(rows)
