@@ -123,6 +123,11 @@ class Composer(ABC):
     def compose(self, item: WorkItem, recipient: str, rows: Sequence[DigestRow]) -> Message:
         """The message for one work item."""
 
+    @property
+    def unsubscribe_secret(self) -> str | None:
+        """The secret its unsubscribe links are signed with; None for a composer signing none."""
+        return None
+
 
 class SnapshotStore(ABC):
     """The frozen eligibility selection of each period and the addresses it froze."""
@@ -147,6 +152,10 @@ class SnapshotStore(ABC):
         The SQL ledger pages by customer id (in the database's order); this default reads them all.
         """
         yield from self.snapshot_entries(period)
+
+    @abstractmethod
+    def holds_demo_data(self) -> bool:
+        """Whether `digest seed` wrote demo data here: only then is the public demo secret used."""
 
     @abstractmethod
     def suppressed_ids(self) -> frozenset[str]:

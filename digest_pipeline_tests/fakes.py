@@ -438,6 +438,9 @@ class FakeLedger(Ledger):
         self._suppressions: dict[str, Suppression] = {}
         #: the feedback store writing provider events for this ledger's keys, if any
         self.feedback: FeedbackStore | None = None
+        #: a fake shop is the demo's (the public demo secret may sign its links) unless a test
+        #: says it is a real one
+        self.demo_data = True
 
     # -- eligibility -----------------------------------------------------------------------
     def freeze_snapshot(
@@ -696,6 +699,9 @@ class FakeLedger(Ledger):
             self._apply_locked(transitions.cancelled_by_suppression(item, now, found.reason.value))
             cancelled.append(item.key)
         return sorted(cancelled, key=str)
+
+    def holds_demo_data(self) -> bool:
+        return self.demo_data
 
     # -- the suppression list --------------------------------------------------------------
     def suppressed_ids(self) -> frozenset[str]:

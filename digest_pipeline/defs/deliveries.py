@@ -14,7 +14,12 @@ from typing import Any
 
 import dagster as dg
 
-from digest_pipeline.defs.guards import refuse_changed_snapshot, refuse_missed_week, refused
+from digest_pipeline.defs.guards import (
+    refuse_changed_snapshot,
+    refuse_missed_week,
+    refuse_public_secret,
+    refused,
+)
 from digest_pipeline.defs.partitions import weekly_partitions
 from digest_pipeline.defs.report import delivery_metadata
 from digest_pipeline.defs.resources import DeliveryResource
@@ -72,6 +77,7 @@ def deliver_batch(
     delivery: DeliveryResource,
 ) -> dict[str, int]:
     """Claims and delivers up to one batch of the period's due items; returns only counts."""
+    refuse_public_secret(ledger, composer)
     settings = delivery.settings()
     deliverer = build_deliverer(
         ledger=ledger,

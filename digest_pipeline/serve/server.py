@@ -14,6 +14,10 @@ from starlette.applications import Starlette
 
 #: seconds a shutdown waits for requests in flight before it closes their connections
 GRACEFUL_SHUTDOWN_SECONDS = 10
+#: seconds an idle keep-alive connection is held: longer than a client's or proxy's own idle
+#: limit (httpx 5 s, nginx upstream 60 s), so the server is never the side that closes a
+#: connection the client is reusing at that instant (a request lost in flight, not refused)
+KEEP_ALIVE_SECONDS = 75
 
 
 def uvicorn_config(app: Starlette, host: str, port: int) -> uvicorn.Config:
@@ -33,6 +37,7 @@ def uvicorn_config(app: Starlette, host: str, port: int) -> uvicorn.Config:
         server_header=False,
         lifespan="off",
         timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_SECONDS,
+        timeout_keep_alive=KEEP_ALIVE_SECONDS,
     )
 
 

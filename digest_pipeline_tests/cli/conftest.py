@@ -150,6 +150,8 @@ def backend(request: pytest.FixtureRequest) -> str:
     return backend
 
 
+#: the unsubscribe secret of the operator world's shop
+PRIVATE_SECRET = "a-private-secret-for-cli-tests"
 #: the OS user the operator world's commands run as; `--operator alice` is then no claim
 OS_USER = "alice"
 #: the real `os_user`, for the tests about where the OS user comes from
@@ -182,6 +184,8 @@ def make_world(
         "DIGEST_MAILER": "outbox",
         "DIGEST_OUTBOX_DIR": str(outbox_dir),
         "DIGEST_CONCURRENCY": "2",
+        # a real shop's ledger (no `digest seed` marker): the public demo secret is refused
+        "DIGEST_UNSUBSCRIBE_SECRET": PRIVATE_SECRET,
     }
     return World(engine, clock, outbox_dir, Cli(env, clock))
 

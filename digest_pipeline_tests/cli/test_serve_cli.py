@@ -11,7 +11,7 @@ import socket
 import httpx
 import pytest
 
-from digest_pipeline.domain.unsubscribe import unsubscribe_token
+from digest_pipeline.domain.unsubscribe import DEMO_UNSUBSCRIBE_SECRET, unsubscribe_token
 from digest_pipeline.rigs.servers.serve_process import ServeProcess
 from digest_pipeline_tests.cli.conftest import digest
 
@@ -28,11 +28,16 @@ def _one_line(run, command: str) -> str:
 
 @pytest.mark.parametrize(
     ("argv", "what"),
-    [(["serve"], "digest serve"), (["run", "--period", "2026-W42"], "digest run")],
+    [
+        (["serve"], "digest serve"),
+        (["run", "--period", "2026-W42"], "digest run"),
+        (["sweep"], "digest sweep"),
+    ],
 )
 def test_the_public_secret_is_refused_on_a_ledger_without_demo_data(mixed, argv, what):
     before = mixed.dump()
-    line = _one_line(mixed.cli(*argv), argv[0])
+    public = {"DIGEST_UNSUBSCRIBE_SECRET": DEMO_UNSUBSCRIBE_SECRET}
+    line = _one_line(mixed.cli(*argv, env=public), argv[0])
     assert f"{what} refused: DIGEST_UNSUBSCRIBE_SECRET is the public demo value" in line
     assert "demo-unsubscribe-secret" not in line
     assert mixed.dump() == before

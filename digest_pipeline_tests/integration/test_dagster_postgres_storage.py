@@ -24,25 +24,21 @@ from digest_pipeline.rigs.bootstrap import PROJECT_ROOT
 from digest_pipeline.rigs.servers.webserver import ASSETS, JOB, PARTITION, seed_week
 from digest_pipeline.settings import InvalidSetting
 from digest_pipeline_tests.conftest import require_url
-from digest_pipeline_tests.dagster.harness import metadata
+from digest_pipeline_tests.dagster.harness import metadata, project
 from digest_pipeline_tests.weekly_job import materialize_week
 
 pytestmark = pytest.mark.integration
 
-#: every check of the job, by asset
-CHECKS = {
-    "eligibility_snapshot": {"snapshot_unchanged", "no_invalid_recipients"},
-    "digest_content": {"catalogue_products_valid"},
-    "digest_deliveries": {
-        "no_silent_timeout",
-        "every_customer_has_visible_state",
-        "no_duplicate_send",
-        "every_due_item_attempted",
-        "stale_items",
-        "dead_letter_volume",
-    },
-    "digest_cleanup": {"at_most_one_cleanup_per_key"},
-}
+
+def job_checks() -> set[tuple[str, str]]:
+    """(asset, check) of every check the weekly job evaluates, from its definition.
+
+    Which checks exist is pinned in dagster/test_defs_load.py; here each must be stored.
+    """
+    job = project().resolve_job_def(JOB)
+    return {
+        (k.asset_key.to_user_string(), k.name) for k in job.asset_layer.asset_graph.asset_check_keys
+    }
 
 
 def _driver(url: sa.URL, driver: str = "psycopg") -> sa.URL:
@@ -133,18 +129,17 @@ def test_a_week_run_on_postgres_storage_is_read_back_from_postgres(
         assert stored["eligible"] == expected["eligible"] > 0
         assert stored["sent"] == expected["sent"] > 0
 
-        for asset, names in CHECKS.items():
-            for name in names:
-                history = reread.event_log_storage.get_asset_check_execution_history(
-                    dg.AssetCheckKey(dg.AssetKey(asset), name), limit=10
-                )
-                [record] = history
-                assert (record.run_id, record.partition) == (run_id, PARTITION), name
-                assert record.status.value == "SUCCEEDED", name
-                assert record.event is not None
-                evaluation = record.event.asset_check_evaluation
-                assert evaluation is not None
-                assert (evaluation.passed, evaluation.partition) == (True, PARTITION), name
+        for asset, name in sorted(job_checks()):
+            history = reread.event_log_storage.get_asset_check_execution_history(
+                dg.AssetCheckKey(dg.AssetKey(asset), name), limit=10
+            )
+            [record] = history
+            assert (record.run_id, record.partition) == (run_id, PARTITION), name
+            assert record.status.value == "SUCCEEDED", name
+            assert record.event is not None
+            evaluation = record.event.asset_check_evaluation
+            assert evaluation is not None
+            assert (evaluation.passed, evaluation.partition) == (True, PARTITION), name
     finally:
         reread.dispose()
 
@@ -184,8 +179,7 @@ def test_a_week_run_on_postgres_storage_is_read_back_from_postgres(
     )
     assert sorted(tuple(r) for r in checked) == sorted(
         (dg.AssetKey(asset).to_string(), name, PARTITION, "SUCCEEDED")
-        for asset, names in CHECKS.items()
-        for name in names
+        for asset, name in job_checks()
     )
 
 

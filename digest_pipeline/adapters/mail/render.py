@@ -209,6 +209,10 @@ class Jinja2Composer(Composer):
         self._shop_name = shop_name
         self._settings_refused = self._probe_settings()
 
+    @property
+    def unsubscribe_secret(self) -> str:
+        return self._secret
+
     def compose(self, item: WorkItem, recipient: str, rows: Sequence[DigestRow]) -> Message:
         key = item.key
         if self._settings_refused:

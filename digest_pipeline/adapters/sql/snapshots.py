@@ -12,6 +12,7 @@ from sqlalchemy import (
 from sqlalchemy.exc import IntegrityError
 
 from digest_pipeline.adapters.sql.base import CHUNK, KEYS, SqlBase, insert_rows, one_of
+from digest_pipeline.adapters.sql.demo_marker import holds_demo_data
 from digest_pipeline.adapters.sql.schema import (
     eligibility_snapshot,
     period_runs,
@@ -101,6 +102,9 @@ class SqlSnapshots(SqlBase, SnapshotStore):
             if len(entries) < page:
                 return
             after = entries[-1].customer_id
+
+    def holds_demo_data(self) -> bool:
+        return holds_demo_data(self._engine)
 
     def suppressed_ids(self) -> frozenset[str]:
         with self._engine.connect() as conn:

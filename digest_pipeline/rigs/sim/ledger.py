@@ -175,6 +175,9 @@ class ObservedLedger(Ledger):
     def feedback_counts(self, period: Period) -> FeedbackCounts:
         return self.inner.feedback_counts(period)
 
+    def holds_demo_data(self) -> bool:
+        return self.inner.holds_demo_data()
+
     def suppressed_ids(self) -> frozenset[str]:
         return self.inner.suppressed_ids()
 
