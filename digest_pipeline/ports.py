@@ -424,6 +424,20 @@ class FeedbackStore(SuppressionList):
     one event per (provider, event id). Neither holds an address or message content.
     """
 
+    @property
+    @abstractmethod
+    def suppression_list(self) -> SuppressionList:
+        """The ledger's list, which this store's is: its cancellations and audit rows go with it."""
+
+    def suppress(self, suppression: Suppression, note: str = "") -> bool:
+        return self.suppression_list.suppress(suppression, note)
+
+    def unsuppress(self, customer_id: str, at: datetime, actor: str, reason: str) -> bool:
+        return self.suppression_list.unsuppress(customer_id, at, actor, reason)
+
+    def suppressions(self) -> list[Suppression]:
+        return self.suppression_list.suppressions()
+
     @abstractmethod
     def known_customer(self, customer_id: str) -> bool:
         """Whether the shop's source or any frozen snapshot knows the customer id."""

@@ -11,14 +11,13 @@ The contract tests (`contract/test_feedback_store_contract.py`) hold the two to 
 import threading
 from collections.abc import Iterable
 from dataclasses import replace
-from datetime import datetime, timedelta
+from datetime import timedelta
 
 from digest_pipeline.domain.feedback import (
     ClaimStatus,
     EventClaim,
     EventOutcome,
     EventRecord,
-    Suppression,
 )
 from digest_pipeline.domain.periods import OperationKey, Period
 from digest_pipeline.ports import FeedbackStore, Ledger
@@ -38,7 +37,6 @@ class FakeFeedbackStore(FeedbackStore):
         self._customers = frozenset(customers)
         self._periods = tuple(periods)
         self._lock = threading.Lock()
-        self._suppressions: dict[str, Suppression] = {}
         self._events: dict[tuple[str, str], EventRecord] = {}
         if isinstance(ledger, FakeLedger):
             ledger.feedback = self  # its weekly counts read these events, as SQL reads the table
@@ -52,15 +50,9 @@ class FakeFeedbackStore(FeedbackStore):
             for e in self._ledger.snapshot_entries(p)
         )
 
-    # the suppression list is the ledger's: its cancellations and audit rows go with it
-    def suppress(self, suppression: Suppression, note: str = "") -> bool:
-        return self._ledger.suppress(suppression, note)
-
-    def unsuppress(self, customer_id: str, at: datetime, actor: str, reason: str) -> bool:
-        return self._ledger.unsuppress(customer_id, at, actor, reason)
-
-    def suppressions(self) -> list[Suppression]:
-        return self._ledger.suppressions()
+    @property
+    def suppression_list(self) -> Ledger:
+        return self._ledger
 
     def key_of_provider_message(self, provider_message_id: str) -> OperationKey | None:
         latest: tuple[int, OperationKey] | None = None

@@ -7,7 +7,7 @@ same transaction. It also holds the reads of the ledger `digest serve` needs tha
 port lacks: whether a customer id is known, and which attempt a provider message id names.
 """
 
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 from sqlalchemy import Engine, select, update
@@ -26,7 +26,6 @@ from digest_pipeline.domain.feedback import (
     EventOutcome,
     EventRecord,
     EventType,
-    Suppression,
 )
 from digest_pipeline.domain.periods import OperationKey
 from digest_pipeline.ports import FeedbackStore
@@ -71,6 +70,10 @@ class SqlFeedbackStore(FeedbackStore):
     def engine(self) -> Engine:
         return self._engine
 
+    @property
+    def suppression_list(self) -> SqlLedger:
+        return self._ledger
+
     def known_customer(self, customer_id: str) -> bool:
         # the source by its primary key first; a snapshot (no index by customer alone) is read
         # only for an id the source no longer has, which only a valid token gets this far with
@@ -84,15 +87,6 @@ class SqlFeedbackStore(FeedbackStore):
             if conn.execute(in_source).first() is not None:
                 return True
             return conn.execute(snapshotted).first() is not None
-
-    def suppress(self, suppression: Suppression, note: str = "") -> bool:
-        return self._ledger.suppress(suppression, note)
-
-    def unsuppress(self, customer_id: str, at: datetime, actor: str, reason: str) -> bool:
-        return self._ledger.unsuppress(customer_id, at, actor, reason)
-
-    def suppressions(self) -> list[Suppression]:
-        return self._ledger.suppressions()
 
     def key_of_provider_message(self, provider_message_id: str) -> OperationKey | None:
         query = (
