@@ -361,7 +361,7 @@ def load_settings(env: Mapping[str, str], root: Path) -> Settings:
         # checked here, so a bad sender stops the run at start instead of failing every item
         from_address=_read(env, "DIGEST_FROM_ADDRESS", "digest@example.com", _sender),
         policy=policy,
-        batch_size=whole("DIGEST_BATCH_SIZE", 5_000),
+        batch_size=whole("DIGEST_BATCH_SIZE", 10_000),
         concurrency=whole("DIGEST_CONCURRENCY", 16),
         cleanup_mode=_read(env, "DIGEST_CLEANUP_MODE", CleanupMode.ARCHIVE, CleanupMode),
         unsubscribe_url=_read(

@@ -22,7 +22,7 @@ from digest_pipeline_tests.dagster.harness import metadata
 def test_delivery_settings_have_working_defaults():
     s = DeliveryResource().settings()
 
-    assert (s.batch_size, s.concurrency, s.cleanup_mode) == (5_000, 16, CleanupMode.ARCHIVE)
+    assert (s.batch_size, s.concurrency, s.cleanup_mode) == (10_000, 16, CleanupMode.ARCHIVE)
     assert (s.stale_after_seconds, s.dead_letter_rate_threshold) == (6 * 3600, 0.05)
 
 
