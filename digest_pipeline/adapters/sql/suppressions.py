@@ -8,12 +8,12 @@ moves, with their audit rows, before it commits.
 
 from datetime import datetime
 
-from sqlalchemy import Connection, delete, insert, select
+from sqlalchemy import Connection, delete, select
 
-from digest_pipeline.adapters.sql.base import audit_row, wi
+from digest_pipeline.adapters.sql.base import wi
 from digest_pipeline.adapters.sql.queue import SqlWorkQueue
 from digest_pipeline.adapters.sql.rows import work_item
-from digest_pipeline.adapters.sql.schema import audit_log, suppressions
+from digest_pipeline.adapters.sql.schema import suppressions
 from digest_pipeline.domain.feedback import (
     SOURCE_LENGTH,
     Suppression,
@@ -44,7 +44,7 @@ class SqlSuppressions(SqlWorkQueue, SuppressionList):
         with self._engine.begin() as conn:
             if conn.execute(stmt).first() is None:
                 return False
-            conn.execute(insert(audit_log).values(audit_row(suppression_audit(suppression, note))))
+            self._insert_audit(conn, suppression_audit(suppression, note))
             self._cancel(conn, suppression.created_at, customer_id=suppression.customer_id)
         return True
 
@@ -55,8 +55,7 @@ class SqlSuppressions(SqlWorkQueue, SuppressionList):
             ).first()
             if gone is None:
                 return False
-            entry = unsuppression_audit(customer_id, at, actor, reason)
-            conn.execute(insert(audit_log).values(audit_row(entry)))
+            self._insert_audit(conn, unsuppression_audit(customer_id, at, actor, reason))
         return True
 
     def suppressions(self) -> list[Suppression]:
