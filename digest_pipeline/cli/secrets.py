@@ -7,7 +7,7 @@ stops with one line (exit 2) before it sends or listens. The Dagster delivery st
 """
 
 from digest_pipeline.cli.context import Context, UsageError
-from digest_pipeline.domain.unsubscribe import DEMO_UNSUBSCRIBE_SECRET, public_secret_refusal
+from digest_pipeline.domain.unsubscribe import public_secret_refusal
 
 
 class PublicSecretRefused(UsageError):
@@ -16,9 +16,8 @@ class PublicSecretRefused(UsageError):
 
 def require_private_secret(ctx: Context, what: str) -> None:
     """Raises PublicSecretRefused unless the secret is private or the ledger is the demo's."""
-    secret = ctx.settings.unsubscribe_secret
-    # the ledger is read only for the public secret: a private one needs no look
-    demo = secret == DEMO_UNSUBSCRIBE_SECRET and ctx.ledger.holds_demo_data()
-    refusal = public_secret_refusal(secret, demo, what=what)
+    refusal = public_secret_refusal(
+        ctx.settings.unsubscribe_secret, ctx.ledger.holds_demo_data, what=what
+    )
     if refusal is not None:
         raise PublicSecretRefused(refusal)

@@ -15,7 +15,7 @@ import dagster as dg
 from digest_pipeline.domain.errors import BreakerOpen, LateWeekRefused, SnapshotTampered
 from digest_pipeline.domain.periods import Period
 from digest_pipeline.domain.policy import DeliveryPolicy
-from digest_pipeline.domain.unsubscribe import DEMO_UNSUBSCRIBE_SECRET, public_secret_refusal
+from digest_pipeline.domain.unsubscribe import public_secret_refusal
 from digest_pipeline.ports import Clock, Composer, Ledger
 from digest_pipeline.services import late
 from digest_pipeline.services.snapshot_gate import require_unchanged_snapshot
@@ -43,8 +43,7 @@ def refuse_public_secret(ledger: Ledger, composer: Composer) -> None:
     secret = composer.unsubscribe_secret
     if secret is None:
         return
-    demo = secret == DEMO_UNSUBSCRIBE_SECRET and ledger.holds_demo_data()
-    refusal = public_secret_refusal(secret, demo, what="delivery")
+    refusal = public_secret_refusal(secret, ledger.holds_demo_data, what="delivery")
     if refusal is not None:
         raise dg.Failure(description=refusal, allow_retries=False)
 

@@ -7,6 +7,7 @@ public default secret is fit only for `digest seed` data: `public_secret_refusal
 
 import hashlib
 import hmac
+from collections.abc import Callable
 
 #: `DIGEST_UNSUBSCRIBE_SECRET`'s default: published in this repository, so anyone can forge a
 #: link with it. Allowed only on a ledger that holds `digest seed` demo data.
@@ -32,13 +33,16 @@ def token_matches(secret: str, customer_id: str, token: str) -> bool:
     return hmac.compare_digest(expected, given)
 
 
-def public_secret_refusal(secret: str, demo_data: bool, *, what: str) -> str | None:
+def public_secret_refusal(
+    secret: str, holds_demo_data: Callable[[], bool], *, what: str
+) -> str | None:
     """Why `what` must not go on with `secret`, or None when it may.
 
     The public demo secret is refused unless the ledger holds `digest seed` demo data: on a
     real shop's ledger anyone could forge every customer's unsubscribe link with it.
+    `holds_demo_data` (the ledger's question) is asked only for the public secret.
     """
-    if secret != DEMO_UNSUBSCRIBE_SECRET or demo_data:
+    if secret != DEMO_UNSUBSCRIBE_SECRET or holds_demo_data():
         return None
     return (
         f"{what} refused: DIGEST_UNSUBSCRIBE_SECRET is the public demo value and this ledger "

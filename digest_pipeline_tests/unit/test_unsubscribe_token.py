@@ -45,8 +45,16 @@ def test_any_text_is_a_wrong_token_not_an_error(token):
         (SECRET, True, False),
     ],
 )
-def test_the_public_secret_is_refused_outside_the_demo_only(secret, demo, refused):
-    refusal = public_secret_refusal(secret, demo, what="digest serve")
+def test_the_public_secret_is_refused_outside_the_demo_only(secret: str, demo: bool, refused: bool):
+    asked: list[bool] = []
+
+    def holds_demo_data() -> bool:
+        asked.append(demo)
+        return demo
+
+    refusal = public_secret_refusal(secret, holds_demo_data, what="digest serve")
+    # the ledger is read only for the public secret: a private one needs no look
+    assert bool(asked) is (secret == DEMO_UNSUBSCRIBE_SECRET)
     assert (refusal is not None) is refused
     if refusal is not None:
         assert refusal.startswith("digest serve refused: DIGEST_UNSUBSCRIBE_SECRET")
