@@ -8,24 +8,20 @@ cleanup of that run waits too; the next run or sweep picks the items up.
 
 import dagster as dg
 
-from digest_pipeline.defs.partitions import weekly_partitions
+from digest_pipeline.defs.check_step import CheckInputs, check
 from digest_pipeline.defs.report import check_result
-from digest_pipeline.domain.periods import Period
 from digest_pipeline.domain.states import DeliveryState
-from digest_pipeline.ports import Ledger
 
 
-@dg.asset_check(asset="digest_deliveries", partitions_def=weekly_partitions, blocking=True)
-def every_due_item_attempted(
-    context: dg.AssetCheckExecutionContext, ledger: dg.ResourceParam[Ledger]
-) -> dg.AssetCheckResult:
+@check("digest_deliveries", "ledger", blocking=True)
+def every_due_item_attempted(inputs: CheckInputs) -> dg.AssetCheckResult:
     """Fails when items of the week are still `pending` after its delivery step finished.
 
     Every due item is claimed by one of the delivery batches; one never attempted means a batch
-    did not run. Partitions are keyed by the ISO week's Monday; the description names the week.
+    did not run.
     """
-    period = Period.parse(context.partition_key)
-    left = ledger.items(period, (DeliveryState.PENDING,))
+    period = inputs.period
+    left = inputs.ledger.items(period, (DeliveryState.PENDING,))
     return check_result(
         period,
         not left,

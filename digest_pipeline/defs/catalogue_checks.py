@@ -8,18 +8,13 @@ a re-run after the fix shows it passing.
 
 import dagster as dg
 
-from digest_pipeline.defs.partitions import weekly_partitions
+from digest_pipeline.defs.check_step import CheckInputs, check
 from digest_pipeline.defs.report import SAMPLE, check_result
 from digest_pipeline.domain.catalogue import screen_catalogue
-from digest_pipeline.domain.periods import Period
-from digest_pipeline.ports import CustomerSource
 
 
-@dg.asset_check(asset="digest_content", partitions_def=weekly_partitions)
-def catalogue_products_valid(
-    context: dg.AssetCheckExecutionContext,
-    customer_source: dg.ResourceParam[CustomerSource],
-) -> dg.AssetCheckResult:
+@check("digest_content", "customer_source")
+def catalogue_products_valid(inputs: CheckInputs) -> dg.AssetCheckResult:
     """Warns when catalogue products are left out of the picks because a digest cannot carry them.
 
     A product is left out when its link or image link is not a plain absolute http(s) URL (a
@@ -27,12 +22,9 @@ def catalogue_products_valid(
     price, currency or creation time is not sane. The sample lists the product ids, and
     `excluded` each id with the failing fields (never their values). Fix the rows, then
     `digest regenerate` and `digest replay` for a week already delivered without them.
-
-    Partitions are keyed by the ISO week's Monday (UTC): partition 2026-10-12 is period
-    2026-W42; the metadata's `period` names the week.
     """
-    period = Period.parse(context.partition_key)
-    good, bad = screen_catalogue(customer_source.products())
+    period = inputs.period
+    good, bad = screen_catalogue(inputs.customer_source.products())
     named = ", ".join(f"{b.product_id} ({', '.join(b.fields)})" for b in bad[:SAMPLE])
     more = f" and {len(bad) - SAMPLE} more" if len(bad) > SAMPLE else ""
     return check_result(

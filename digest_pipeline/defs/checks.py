@@ -9,35 +9,22 @@ operation keys (keys only, never addresses).
 
 import dagster as dg
 
-from digest_pipeline.defs.partitions import weekly_partitions
-from digest_pipeline.defs.report import PARTITIONS_NOTE, check_result
-from digest_pipeline.domain.periods import Period
-from digest_pipeline.ports import Clock, Ledger
+from digest_pipeline.defs.check_step import Check, CheckInputs
+from digest_pipeline.defs.report import check_result
 
 
 def _invariant_check(
     invariant: str, asset: str, blocking: bool, description: str, problem: str
-) -> dg.AssetChecksDefinition:
+) -> Check:
     """A check named as, and evaluating, one of the ledger's invariants (`INVARIANTS`)."""
 
-    @dg.asset_check(
-        name=invariant,
-        asset=asset,
-        partitions_def=weekly_partitions,
-        blocking=blocking,
-        description=f"{description} {PARTITIONS_NOTE}",
-    )
-    def _check(
-        context: dg.AssetCheckExecutionContext,
-        ledger: dg.ResourceParam[Ledger],
-        clock: dg.ResourceParam[Clock],
-    ) -> dg.AssetCheckResult:
-        period = Period.parse(context.partition_key)
-        [r] = ledger.check_invariants(period, clock.now(), names={invariant})
+    def evaluate(inputs: CheckInputs) -> dg.AssetCheckResult:
+        period = inputs.period
+        [r] = inputs.ledger.check_invariants(period, inputs.clock.now(), names={invariant})
         summary = "holds" if r.passed else f"{r.violations} {problem}"
         return check_result(period, r.passed, r.violations, r.sample, summary)
 
-    return _check
+    return Check(invariant, asset, description, evaluate, frozenset({"ledger", "clock"}), blocking)
 
 
 snapshot_unchanged = _invariant_check(

@@ -9,31 +9,23 @@ the week is unaffected, but someone should fix the source rows.
 
 import dagster as dg
 
-from digest_pipeline.defs.partitions import weekly_partitions
+from digest_pipeline.defs.check_step import CheckInputs, check
 from digest_pipeline.defs.report import check_result
 from digest_pipeline.domain.model import MAX_ADDRESS_LENGTH
-from digest_pipeline.domain.periods import Period
-from digest_pipeline.ports import CustomerSource
 from digest_pipeline.services.snapshot import count_exclusions
 
 
-@dg.asset_check(asset="eligibility_snapshot", partitions_def=weekly_partitions)
-def no_invalid_recipients(
-    context: dg.AssetCheckExecutionContext,
-    customer_source: dg.ResourceParam[CustomerSource],
-) -> dg.AssetCheckResult:
+@check("eligibility_snapshot", "customer_source")
+def no_invalid_recipients(inputs: CheckInputs) -> dg.AssetCheckResult:
     """Warns when eligible customers are left out for an invalid id or an over-long address.
 
     Metadata: `invalid_ids` and `long_addresses` (counts of active, opted-in customers in the
     source as it is now) and `sample`, up to ten ids of customers with an over-long address.
     Invalid ids are only counted, never shown: such an id may hold anything. Addresses are never
     shown.
-
-    Partitions are keyed by the ISO week's Monday (UTC): partition 2026-10-12 is period
-    2026-W42; the metadata's `period` names the week.
     """
-    period = Period.parse(context.partition_key)
-    found = count_exclusions(customer_source)
+    period = inputs.period
+    found = count_exclusions(inputs.customer_source)
     return check_result(
         period,
         found.total == 0,

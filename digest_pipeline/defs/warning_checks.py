@@ -9,35 +9,24 @@ from datetime import timedelta
 
 import dagster as dg
 
-from digest_pipeline.defs.partitions import weekly_partitions
+from digest_pipeline.defs.check_step import CheckInputs, check
 from digest_pipeline.defs.report import DELIVERED, check_result, percent_of, seconds
-from digest_pipeline.defs.resources import DeliveryResource
 from digest_pipeline.domain.feedback import COMPLAINT_RATE_LIMIT
-from digest_pipeline.domain.periods import Period
 from digest_pipeline.domain.states import CLAIMABLE, DeliveryState
-from digest_pipeline.ports import Clock, Ledger
 
 _WAITING = (*CLAIMABLE, DeliveryState.CLAIMED)
 
 
-@dg.asset_check(asset="digest_deliveries", partitions_def=weekly_partitions)
-def stale_items(
-    context: dg.AssetCheckExecutionContext,
-    ledger: dg.ResourceParam[Ledger],
-    clock: dg.ResourceParam[Clock],
-    delivery: DeliveryResource,
-) -> dg.AssetCheckResult:
+@check("digest_deliveries", "ledger", "clock", "delivery")
+def stale_items(inputs: CheckInputs) -> dg.AssetCheckResult:
     """Warns when a waiting item of the week is older than the stale threshold.
 
     Waiting means pending, retrying or claimed; the threshold is `stale_after_seconds` (6 h by
     default). Old waiting items usually mean the `digest_retry_sweeper` sensor is not running.
-
-    Partitions are keyed by the ISO week's Monday (UTC): partition 2026-10-12 is period
-    2026-W42; the metadata's `period` names the week.
     """
-    period, now = Period.parse(context.partition_key), clock.now()
-    limit = timedelta(seconds=delivery.settings().stale_after_seconds)
-    waiting = ledger.items(period, _WAITING)
+    period, now = inputs.period, inputs.clock.now()
+    limit = timedelta(seconds=inputs.delivery.settings().stale_after_seconds)
+    waiting = inputs.ledger.items(period, _WAITING)
     stale = sorted((i for i in waiting if now - i.created_at > limit), key=lambda i: i.created_at)
     oldest = max((now - i.created_at).total_seconds() for i in waiting) if waiting else None
     return check_result(
@@ -52,23 +41,16 @@ def stale_items(
     )
 
 
-@dg.asset_check(asset="digest_deliveries", partitions_def=weekly_partitions)
-def dead_letter_volume(
-    context: dg.AssetCheckExecutionContext,
-    ledger: dg.ResourceParam[Ledger],
-    delivery: DeliveryResource,
-) -> dg.AssetCheckResult:
+@check("digest_deliveries", "ledger", "delivery")
+def dead_letter_volume(inputs: CheckInputs) -> dg.AssetCheckResult:
     """Warns when too many of the week's digests ended dead-lettered or failed.
 
     The share is (dead-lettered + failed) / eligible, against `dead_letter_rate_threshold` (5 % by
     default): metadata `dead_letter_rate` (a fraction, 0..1) and `dead_letter_rate_pct` (text, in
     percent of eligible). Inspect them with `digest dead-letters --period …` before replaying any.
-
-    Partitions are keyed by the ISO week's Monday (UTC): partition 2026-10-12 is period
-    2026-W42; the metadata's `period` names the week.
     """
-    period = Period.parse(context.partition_key)
-    threshold = delivery.settings().dead_letter_rate_threshold
+    period, ledger = inputs.period, inputs.ledger
+    threshold = inputs.delivery.settings().dead_letter_rate_threshold
     snapshot = ledger.snapshot(period)
     eligible = snapshot.eligible_count if snapshot is not None else 0
     lost = ledger.items(period, (DeliveryState.DEAD_LETTERED, DeliveryState.FAILED))
@@ -89,10 +71,8 @@ def dead_letter_volume(
     )
 
 
-@dg.asset_check(asset="digest_deliveries", partitions_def=weekly_partitions)
-def complaint_rate(
-    context: dg.AssetCheckExecutionContext, ledger: dg.ResourceParam[Ledger]
-) -> dg.AssetCheckResult:
+@check("digest_deliveries", "ledger")
+def complaint_rate(inputs: CheckInputs) -> dg.AssetCheckResult:
     """Warns when spam complaints about the week's digests exceed 0.3 % of those delivered.
 
     Complaints are the provider's `complained` events matched to the week's items (`digest
@@ -101,11 +81,8 @@ def complaint_rate(
     and `complaint_rate_pct` (text), with the week's hard bounces and unsubscribes beside them.
     Complaints keep arriving for days: the check reads the ledger as it is when it runs (each
     sweep and re-run of the week evaluates it again).
-
-    Partitions are keyed by the ISO week's Monday (UTC): partition 2026-10-12 is period
-    2026-W42; the metadata's `period` names the week.
     """
-    period = Period.parse(context.partition_key)
+    period, ledger = inputs.period, inputs.ledger
     counts = ledger.feedback_counts(period)
     delivered = sum(n for s, n in ledger.state_counts(period).items() if s in DELIVERED)
     rate = counts.complaints / delivered if delivered else 0.0

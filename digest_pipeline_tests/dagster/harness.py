@@ -12,26 +12,21 @@ from typing import Any
 import dagster as dg
 
 from digest_pipeline.definitions import defs
+from digest_pipeline.defs.asset_checks import (
+    digest_cleanup_checks,
+    digest_content_checks,
+    digest_deliveries_checks,
+    eligibility_snapshot_checks,
+)
 from digest_pipeline.defs.assets import (
     digest_cleanup,
     digest_content,
     digest_work_items,
     eligibility_snapshot,
 )
-from digest_pipeline.defs.attempt_checks import every_due_item_attempted
-from digest_pipeline.defs.catalogue_checks import catalogue_products_valid
-from digest_pipeline.defs.checks import (
-    at_most_one_cleanup_per_key,
-    every_customer_has_visible_state,
-    no_duplicate_send,
-    no_silent_timeout,
-    snapshot_unchanged,
-)
 from digest_pipeline.defs.deliveries import digest_deliveries
 from digest_pipeline.defs.resources import DeliveryResource
 from digest_pipeline.defs.sensors import digest_retry_sweeper
-from digest_pipeline.defs.snapshot_checks import no_invalid_recipients
-from digest_pipeline.defs.warning_checks import complaint_rate, dead_letter_volume, stale_items
 from digest_pipeline.domain.catalogue import Order, Product
 from digest_pipeline.ports import Mailer
 from digest_pipeline_tests.builders import customer_id, make_customer
@@ -52,19 +47,15 @@ ASSETS = (
     digest_deliveries,
     digest_cleanup,
 )
+#: the job's check steps, one per checked asset
 CHECKS = (
-    snapshot_unchanged,
-    catalogue_products_valid,
-    no_invalid_recipients,
-    no_silent_timeout,
-    every_customer_has_visible_state,
-    no_duplicate_send,
-    every_due_item_attempted,
-    stale_items,
-    dead_letter_volume,
-    complaint_rate,
-    at_most_one_cleanup_per_key,
+    eligibility_snapshot_checks,
+    digest_content_checks,
+    digest_deliveries_checks,
+    digest_cleanup_checks,
 )
+#: the checks those steps evaluate
+CHECK_COUNT = sum(len(list(step.check_specs)) for step in CHECKS)
 PRODUCTS = 6
 #: the three assets before delivery, and the two the sweeper re-runs
 BEFORE_DELIVERY = ["eligibility_snapshot", "digest_content", "digest_work_items"]

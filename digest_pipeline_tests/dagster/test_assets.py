@@ -14,7 +14,7 @@ from digest_pipeline_tests.conftest import W42
 from digest_pipeline_tests.dagster.conftest import PERMANENT, TRANSIENT
 from digest_pipeline_tests.dagster.harness import (
     ASSETS,
-    CHECKS,
+    CHECK_COUNT,
     DELIVERY_AND_CLEANUP,
     World,
     checks,
@@ -64,7 +64,7 @@ def test_a_week_materialises_and_records_its_counts(clean_week):
     assert (cleanup["cleaned"], cleanup["rows"], cleanup["held_back"]) == (5, 20, 0)
     assert len(world.mailer.deliveries) == 5
     assert all(e.passed for e in checks(result).values())
-    assert len(checks(result)) == len(CHECKS)
+    assert len(checks(result)) == CHECK_COUNT
     # the graph asset orders itself after digest_work_items without loading a value from it
     assert not [
         e
@@ -208,7 +208,7 @@ def test_every_materialisation_and_check_evaluation_names_the_iso_week(week_with
         m for a in ASSETS for m in result.asset_materializations_for_node(a.key.path[-1])
     ]
     evaluations = result.get_asset_check_evaluations()
-    assert (len(materialised), len(evaluations)) == (len(ASSETS), len(CHECKS))
+    assert (len(materialised), len(evaluations)) == (len(ASSETS), CHECK_COUNT)
     assert {m.partition for m in materialised} == {"2026-10-12"}
     assert {m.metadata["period"].value for m in materialised} == {"2026-W42"}
     assert {e.metadata["period"].value for e in evaluations} == {"2026-W42"}

@@ -9,6 +9,7 @@ from datetime import datetime, timedelta
 import dagster as dg
 import pytest
 
+from digest_pipeline.defs.asset_checks import digest_deliveries_checks
 from digest_pipeline.domain.failures import FailureClass, SendOutcome
 from digest_pipeline.domain.feedback import EventType, ProviderEvent
 from digest_pipeline.domain.model import AuditNote, Claim, Transition
@@ -72,6 +73,8 @@ def test_snapshot_unchanged_fails_after_a_frozen_address_is_edited_and_blocks_th
         result, "snapshot_unchanged", sample=["2026-W42"], says="changed after the freeze"
     )
     assert result.asset_materializations_for_node("digest_content") == []
+    # the warning beside it in the same step was still evaluated
+    assert checks(result)["no_invalid_recipients"].passed
 
 
 def claim(world: World, now: datetime = T0, owner: str = "w1", lease: timedelta = LEASE) -> Claim:
@@ -126,6 +129,44 @@ def test_no_duplicate_send_fails_for_a_second_confirmed_send_and_blocks_cleanup(
     )
     assert metadata(result, "digest_deliveries")["duplicate_sends"] == 1
     assert_cleanup_was_blocked(result, world)
+    # one step evaluates every check of the asset: the red invariant hides none beside it
+    assert set(checks(result)) == set(names_of(digest_deliveries_checks))
+
+
+def names_of(step: dg.AssetChecksDefinition) -> set[str]:
+    return {spec.name for spec in step.check_specs}
+
+
+def test_a_check_selected_alone_is_the_only_one_its_step_evaluates(world_of):
+    # Dagster 1.13 cannot plan a run of partitioned checks without an asset, so the week's
+    # delivery (nothing left due) runs with one of its seven checks selected
+    world = world_of(2)
+    world.materialize()
+    alone = dg.AssetCheckKey(dg.AssetKey("digest_deliveries"), "stale_items")
+    selection = dg.AssetSelection.assets("digest_deliveries").without_checks()
+
+    result = world.materialize(selection=selection | dg.AssetSelection.checks(alone))
+
+    assert set(checks(result)) == {"stale_items"}
+
+
+def test_the_eleven_checks_run_in_one_step_per_checked_asset():
+    steps = {step.node_def.name: names_of(step) for step in CHECKS}
+    assert steps == {
+        "eligibility_snapshot_checks": {"snapshot_unchanged", "no_invalid_recipients"},
+        "digest_content_checks": {"catalogue_products_valid"},
+        "digest_deliveries_checks": {
+            "no_silent_timeout",
+            "every_customer_has_visible_state",
+            "no_duplicate_send",
+            "every_due_item_attempted",
+            "stale_items",
+            "dead_letter_volume",
+            "complaint_rate",
+        },
+        "digest_cleanup_checks": {"at_most_one_cleanup_per_key"},
+    }
+    assert sum(len(names) for names in steps.values()) == len(CHECK_NAMES) == 11
 
 
 def test_no_silent_timeout_fails_when_an_unknown_send_was_requeued_without_evidence(world_of):
