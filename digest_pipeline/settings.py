@@ -34,6 +34,10 @@ from digest_pipeline.domain.webhooks import (
 
 T = TypeVar("T")
 MAILERS = ("outbox", "smtp", "http")
+#: `DIGEST_CONCURRENCY` when unset, by `DIGEST_MAILER`. A relay or a provider allows about 16
+#: connections; the outbox's sends are local file links, where a wave of 64 needs a quarter of
+#: the ledger transactions of 16 and every `unknown` a crash leaves is settled by lookup.
+DEFAULT_CONCURRENCY = {"outbox": 64, "smtp": 16, "http": 16}
 #: the SQLAlchemy drivers the ledger is tested on (SQLite's own module, psycopg 3, psycopg2)
 DATABASE_SCHEMES = (
     "sqlite",
@@ -362,7 +366,7 @@ def load_settings(env: Mapping[str, str], root: Path) -> Settings:
         from_address=_read(env, "DIGEST_FROM_ADDRESS", "digest@example.com", _sender),
         policy=policy,
         batch_size=whole("DIGEST_BATCH_SIZE", 10_000),
-        concurrency=whole("DIGEST_CONCURRENCY", 16),
+        concurrency=whole("DIGEST_CONCURRENCY", DEFAULT_CONCURRENCY[mailer]),
         cleanup_mode=_read(env, "DIGEST_CLEANUP_MODE", CleanupMode.ARCHIVE, CleanupMode),
         unsubscribe_url=_read(
             env, "DIGEST_UNSUBSCRIBE_URL", DEFAULT_UNSUBSCRIBE_URL, _url_template

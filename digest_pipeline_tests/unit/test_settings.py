@@ -17,6 +17,19 @@ def test_every_setting_has_a_working_embedded_default():
     assert s.policy.retry.max_attempts >= 1
 
 
+@pytest.mark.parametrize(("mailer", "concurrency"), [("outbox", 64), ("smtp", 16), ("http", 16)])
+def test_concurrency_defaults_to_what_the_mailer_allows(mailer, concurrency):
+    # a relay or provider takes about 16 connections; the outbox's sends are local file links
+    env = {
+        "DIGEST_MAILER": mailer,
+        "DIGEST_SMTP_HOST": "relay.internal",
+        "DIGEST_PROVIDER_URL": "https://api.provider.example/send",
+        "DIGEST_PROVIDER_API_KEY": "key",
+    }
+    assert load_settings(env, ROOT).concurrency == concurrency
+    assert load_settings({**env, "DIGEST_CONCURRENCY": "8"}, ROOT).concurrency == 8
+
+
 def test_settings_are_read_from_the_digest_variables():
     s = load_settings(
         {
