@@ -436,6 +436,8 @@ class _Run:
     content: Content = field(default_factory=lambda: Content({}, {}))
     #: why the run stops early: a refused period or the open breaker
     stop: DigestError | None = None
+    #: the next wave, composed while every slot was sending; it starts when a slot is free
+    ready: Wave | None = None
 
     #: no more claims this run: nothing came, `max_items` was reached or `should_continue` said so
     drained: bool = False
@@ -523,11 +525,25 @@ class _Run:
     ) -> bool:
         """Records the finished waves and starts the next in one ledger call; False when done.
 
-        With every slot taken it waits for the oldest wave first. When sends are fast, several
-        waves finish together and go into one exchange; when they are slow, one does.
+        With every slot taken it composes the next wave from the queued claims, then waits for
+        the oldest. When sends are fast, several waves finish together and go into one
+        exchange; when they are slow, one does.
         """
-        record = self.collect(block=len(self.in_flight) == self.depth)
+        full = len(self.in_flight) == self.depth
+        if full and self.stop is None and self.queued:
+            # Compose the next wave while the flight's sends run, so the slot that frees first
+            # waits only for the ledger. Only claims already queued: nothing is claimed ahead.
+            # The breaker's room still counts the flight's attempts as open, so it is never
+            # larger than it will be once their outcomes are in.
+            self.ready = self.next_wave([], self.deliverer.clock.now())
+        record = self.collect(block=full)
         fresh: list[Wave] = []
+        if self.ready is not None:
+            if self.stop is None:
+                fresh.append(self.ready)
+            else:
+                self.put_back(self.ready)
+            self.ready = None
         now = self.deliverer.clock.now()
         while self.stop is None and len(self.in_flight) + len(fresh) < self.depth:
             if not self.refill(fresh, batch_size, max_items, should_continue):
@@ -560,6 +576,12 @@ class _Run:
             record += self.collect(block=True)
         if record:
             self.exchange(record, [], None, self.deliverer.clock.now())
+
+    def put_back(self, wave: Wave) -> None:
+        """A wave composed but never started: its claims queue again (to be given back)."""
+        for _, claim, _, _ in reversed(wave.pending):
+            self.queued.appendleft(claim)
+        self.done.count([wave.settled[i] for i in sorted(wave.settled)])
 
     def give_back_queued(self) -> None:
         """Claims the run took and never attempted go back to due, as if never claimed."""

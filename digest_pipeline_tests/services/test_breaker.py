@@ -181,3 +181,45 @@ def test_a_sweep_stops_delivering_says_why_and_still_cleans(clock):
     assert "http:401:invalid_api_key" in report.stopped
     assert mailer.sends == THRESHOLD
     assert report.cleaned[W42].cleaned == 1
+
+
+class RevokedMidRun(SystemicFailureMailer):
+    """Sends `good` messages, then answers 401 to every send (the key revoked during the run)."""
+
+    def __init__(self, inner: FakeMailer, good: int) -> None:
+        super().__init__(inner)
+        self._good = good
+
+    def send(self, message, *, idempotency_key):
+        with self._lock:
+            if self._sends.total() >= self._good:
+                self.failing = BAD_KEY
+        return super().send(message, idempotency_key=idempotency_key)
+
+
+@pytest.mark.parametrize("good", [40, 70, 130])
+def test_a_key_revoked_mid_run_stops_it_with_every_claim_recorded_or_given_back(clock, good):
+    # at concurrency 64 the next wave is composed while four are sending: when the breaker opens
+    # on a wave's outcomes, that composed wave is never started and its claims go back due
+    ledger, provider = frozen_ledger(400), FakeMailer(clock=clock)
+    mailer = RevokedMidRun(provider, good)
+    report = DeliveryReport()
+
+    with pytest.raises(BreakerOpen, match="http:401"):
+        run(ledger, mailer, clock, concurrency=64, batch_size=400, report=report)
+
+    items = ledger.items(W42)
+    assert all(i.state is not DeliveryState.CLAIMED for i in items)  # none left leased
+    sent = [i for i in items if i.state is DeliveryState.SENT]
+    assert len(sent) == good
+    assert all(provider.deliveries_for(i.key) == 1 for i in sent)
+    failed = [i for i in items if i.state is not DeliveryState.SENT and i.attempts]
+    assert all(i.last_detail == BAD_KEY.detail for i in failed)
+    assert THRESHOLD <= len(failed) <= 64  # a failure that starts mid-run: at most max(20, 64)
+    assert mailer.sends == good + len(failed)
+    # every other item is due again with no attempt, whether it was claimed or not
+    rest = [i for i in items if not i.attempts]
+    assert len(rest) == 400 - good - len(failed)
+    assert all(i.state in (DeliveryState.PENDING, DeliveryState.RETRY_SCHEDULED) for i in rest)
+    assert all(i.next_attempt_at is None or i.next_attempt_at <= clock.now() for i in rest)
+    assert report.claimed == good + len(failed) + report.released
