@@ -31,6 +31,7 @@ from digest_pipeline.domain.model import (
     DigestRow,
     EnqueueReceipt,
     InvariantResult,
+    ItemTimes,
     LeaseRecovery,
     LookupResult,
     LookupStatus,
@@ -336,6 +337,11 @@ class ReadModel(ABC):
         The SQL ledger pages by key; this default reads them all.
         """
         yield from self.items(period, states)
+
+    def iter_item_times(self, period: Period) -> Iterator[ItemTimes]:
+        """Every item's state and times (`ItemTimes`), streamed; the SQL ledger reads five columns."""
+        for item in self.iter_items(period):
+            yield ItemTimes.of(item)
 
     @abstractmethod
     def attempts(self, key: OperationKey) -> list[Attempt]:

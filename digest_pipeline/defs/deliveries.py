@@ -21,7 +21,7 @@ from digest_pipeline.defs.guards import (
     refused,
 )
 from digest_pipeline.defs.partitions import weekly_partitions
-from digest_pipeline.defs.report import delivery_metadata
+from digest_pipeline.defs.report import NEEDING_A_LOOK, delivery_metadata
 from digest_pipeline.defs.resources import DeliveryResource
 from digest_pipeline.domain.periods import Period
 from digest_pipeline.domain.states import DeliveryState
@@ -114,7 +114,9 @@ def settle_period(
     reconciled = reconcile_period(ledger, mailer, clock, delivery.settings().policy, period)
     metrics = period_metrics(ledger, period, clock.now())
     return dg.MaterializeResult(
-        metadata=delivery_metadata(metrics, ledger.iter_items(period), before, results, reconciled)
+        metadata=delivery_metadata(
+            metrics, ledger.iter_items(period, NEEDING_A_LOOK), before, results, reconciled
+        )
     )
 
 

@@ -34,6 +34,8 @@ PARTITIONS_NOTE = (
 DELIVERED = frozenset({DeliveryState.SENT, DeliveryState.CLEANED})
 #: items nobody needs to look at: delivered, or deliberately not sent to a suppressed customer
 SETTLED_AS_MEANT = DELIVERED | {DeliveryState.SUPPRESSED}
+#: the states `worst_items` lists: what a caller reads for it (the ledger filters, not Python)
+NEEDING_A_LOOK = tuple(s for s in DeliveryState if s not in SETTLED_AS_MEANT)
 #: what `worst_items` says for a week with nothing left to look at
 NONE_LEFT = "none: every item was sent (or sent and cleaned, or suppressed)"
 #: most severe first: needs an operator, then dead ends, then still moving

@@ -150,6 +150,27 @@ class WorkItem:
 
 
 @dataclass(frozen=True)
+class ItemTimes:
+    """The part of a work item a period's metrics read: its state and four of its times.
+
+    A week's metrics pass over every item; reading these five columns instead of the whole row
+    keeps that pass cheap at a hundred thousand items.
+    """
+
+    state: DeliveryState
+    created_at: datetime
+    first_claimed_at: datetime | None
+    sent_at: datetime | None
+    cleaned_at: datetime | None
+
+    @classmethod
+    def of(cls, item: WorkItem) -> "ItemTimes":
+        return cls(
+            item.state, item.created_at, item.first_claimed_at, item.sent_at, item.cleaned_at
+        )
+
+
+@dataclass(frozen=True)
 class Claim:
     """A leased work item: the holder may act on it while the token still matches."""
 

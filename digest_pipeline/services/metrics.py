@@ -105,7 +105,7 @@ def period_metrics(ledger: Ledger, period: Period, now: datetime) -> PeriodMetri
     claim_delays: list[float] = []
     lags: list[float] = []
     oldest_waiting: datetime | None = None
-    for i in ledger.iter_items(period):
+    for i in ledger.iter_item_times(period):
         # Each item against its own enqueue time: items claimed together in one wave share a
         # claim time, but not necessarily an enqueue time.
         if i.first_claimed_at is not None:

@@ -17,6 +17,7 @@ from digest_pipeline.domain.model import (
     CleanupMode,
     CleanupReceipt,
     DigestRow,
+    ItemTimes,
     RefundBudget,
     Transition,
     WriteDeadLetter,
@@ -219,3 +220,17 @@ def test_iter_items_yields_every_item_once_whatever_the_page(ledger, page):
 
     assert sorted(str(i.key) for i in streamed) == sorted(str(k) for k in keys)
     assert sorted(str(i.key) for i in claimed) == sorted(str(c.key) for c in claims)
+
+
+def test_item_times_are_the_items_state_and_times_each_once(ledger):
+    # the metrics' pass reads five columns, never a different story from the whole rows
+    sent_items(ledger, 3)
+    frozen(ledger, 2, W43)  # another week's items are not this week's
+    ledger.claim_due(T0 + timedelta(minutes=1), "w2", LEASE, 1)
+
+    times = list(ledger.iter_item_times(W42))
+
+    assert sorted(times, key=repr) == sorted((ItemTimes.of(i) for i in ledger.items(W42)), key=repr)
+    assert len(times) == 3
+    assert all(t.state is DeliveryState.SENT and t.sent_at is not None for t in times)
+    assert all(t.first_claimed_at is not None for t in times)

@@ -3,7 +3,7 @@
 from sqlalchemy import RowMapping
 
 from digest_pipeline.domain.failures import FailureClass
-from digest_pipeline.domain.model import Attempt, AuditEntry, DeadLetterRecord, WorkItem
+from digest_pipeline.domain.model import Attempt, AuditEntry, DeadLetterRecord, ItemTimes, WorkItem
 from digest_pipeline.domain.periods import OperationKey, Period
 from digest_pipeline.domain.states import DeliveryState
 
@@ -38,6 +38,17 @@ def work_item(r: Row) -> WorkItem:
         cleaned_at=r["cleaned_at"],
         replayed_at=r["replayed_at"],
         dedupe_until=r["dedupe_until"],
+    )
+
+
+def item_times(r: Row) -> ItemTimes:
+    """The state and times of a `work_items` row (`ReadModel.iter_item_times`)."""
+    return ItemTimes(
+        DeliveryState(r["state"]),
+        r["created_at"],
+        r["first_claimed_at"],
+        r["sent_at"],
+        r["cleaned_at"],
     )
 
 
