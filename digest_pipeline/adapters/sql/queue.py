@@ -249,8 +249,8 @@ class SqlWorkQueue(SqlBase, WorkQueue):
         )
         with self._engine.begin() as conn:
             rows = conn.execute(stmt).mappings().all()
-        items = sorted((sql_rows.work_item(r) for r in rows), key=lambda i: str(i.key))
-        return [Claim(i, i.lease_token, owner, expires) for i in items]
+        ordered = sorted(rows, key=lambda r: r["operation_key"])
+        return [Claim(i, i.lease_token, owner, expires) for i in map(sql_rows.work_item, ordered)]
 
     def start_attempts(
         self, claims: Sequence[Claim], now: datetime
