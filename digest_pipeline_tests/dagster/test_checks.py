@@ -150,25 +150,6 @@ def test_a_check_selected_alone_is_the_only_one_its_step_evaluates(world_of):
     assert set(checks(result)) == {"stale_items"}
 
 
-def test_the_eleven_checks_run_in_one_step_per_checked_asset():
-    steps = {step.node_def.name: names_of(step) for step in CHECKS}
-    assert steps == {
-        "eligibility_snapshot_checks": {"snapshot_unchanged", "no_invalid_recipients"},
-        "digest_content_checks": {"catalogue_products_valid"},
-        "digest_deliveries_checks": {
-            "no_silent_timeout",
-            "every_customer_has_visible_state",
-            "no_duplicate_send",
-            "every_due_item_attempted",
-            "stale_items",
-            "dead_letter_volume",
-            "complaint_rate",
-        },
-        "digest_cleanup_checks": {"at_most_one_cleanup_per_key"},
-    }
-    assert sum(len(names) for names in steps.values()) == len(CHECK_NAMES) == 11
-
-
 def test_no_silent_timeout_fails_when_an_unknown_send_was_requeued_without_evidence(world_of):
     world = world_of(3)
     world.materialize(selection=BEFORE_DELIVERY)

@@ -90,6 +90,15 @@ def test_every_check_is_partitioned_by_week_and_blocks_only_where_it_must(projec
     assert found == CHECKS_BY_ASSET
 
 
+def test_each_checked_asset_has_one_step_evaluating_all_its_checks(project):
+    # a step per check cost each Dagster's per-step start and events for a query of milliseconds
+    steps = {c.node_def.name: {spec.name for spec in c.check_specs} for c in project.asset_checks}
+    expected: dict[str, set[str]] = {}
+    for asset, name, _ in CHECKS_BY_ASSET:
+        expected.setdefault(f"{asset}_checks", set()).add(name)
+    assert steps == expected
+
+
 def test_every_ledger_invariant_has_a_check_of_its_name(project):
     # the operator reads one name in the UI, in `digest status` and in the ledger's report
     names = {key.name for key in project.resolve_asset_graph().asset_check_keys}
