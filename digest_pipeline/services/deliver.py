@@ -246,6 +246,16 @@ class Deliverer:
             wave.pending.append((i, claim, closes_at, message))
         return wave
 
+    def still_sendable(self, wave: Wave, now: datetime) -> bool:
+        """Whether every claim the wave would start may still be sent `now` (`before_send`).
+
+        A wave composed ahead waits up to one send's latency before it starts.
+        """
+        return all(
+            before_send(claim, closes_at, now, self.policy) is None
+            for _, claim, closes_at, _ in wave.pending
+        )
+
     def collect(self, wave: Wave) -> Wave:
         """Waits for the wave's sends; their outcomes, as they will be recorded, go on `wave`."""
         # A credential refusal is the sender's configuration, not the customer's fault: it is
@@ -537,14 +547,16 @@ class _Run:
             # larger than it will be once their outcomes are in.
             self.ready = self.next_wave([], self.deliverer.clock.now())
         record = self.collect(block=full)
+        now = self.deliverer.clock.now()
         fresh: list[Wave] = []
         if self.ready is not None:
-            if self.stop is None:
-                fresh.append(self.ready)
+            ready, self.ready = self.ready, None
+            if self.stop is None and self.deliverer.still_sendable(ready, now):
+                fresh.append(ready)
             else:
-                self.put_back(self.ready)
-            self.ready = None
-        now = self.deliverer.clock.now()
+                # stopped, or a window or a dedupe guarantee ran out while it waited: its claims
+                # queue again, to be given back or prepared afresh against the clock
+                self.put_back(ready)
         while self.stop is None and len(self.in_flight) + len(fresh) < self.depth:
             if not self.refill(fresh, batch_size, max_items, should_continue):
                 break

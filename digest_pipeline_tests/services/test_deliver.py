@@ -761,3 +761,45 @@ def test_a_worker_never_has_more_than_concurrency_attempts_open(clock, concurren
     assert report.outcomes == {"sent": 60}
     assert 1 <= mailer.most_open <= concurrency
     assert all(mailer.deliveries_for(key_of(n)) == 1 for n in range(1, 61))
+
+
+class ClockJumpingComposer(FakeComposer):
+    """Moves the clock to `to` while composing its `nth` message (a slow wave, compressed)."""
+
+    def __init__(self, clock: FixedClock, nth: int, to) -> None:
+        super().__init__()
+        self._clock, self._nth, self._to, self._count = clock, nth, to, 0
+
+    def compose(self, item, recipient, rows):
+        self._count += 1  # only the worker's own thread composes
+        if self._count == self._nth:
+            self._clock.set(self._to)
+        return super().compose(item, recipient, rows)
+
+
+def test_a_wave_composed_ahead_never_starts_after_the_window_closed(clock):
+    # At concurrency 64 the fifth wave is composed while four are sending. Here the week's
+    # delivery window closes while it waits: it must be prepared again (and dead-lettered),
+    # never started late because it passed the window check before the close.
+    policy = DeliveryPolicy()
+    closes_at = W42.ends_at + policy.delivery_window
+    clock.set(closes_at - timedelta(minutes=1))
+    ledger, mailer = frozen_ledger(200), FakeMailer(clock=clock)
+    composer = ClockJumpingComposer(clock, nth=70, to=closes_at + timedelta(seconds=1))
+
+    report = deliver_due(
+        make_deliverer(ledger, mailer, clock, policy=policy, composer=composer),
+        batch_size=200,
+        concurrency=64,
+        breaker_threshold=0,
+    )
+
+    attempts = [a for n in range(1, 201) for a in ledger.attempts(key_of(n))]
+    assert len(attempts) >= 64  # the four waves started before the close
+    assert all(a.started_at < closes_at for a in attempts)
+    assert len(attempts) == mailer.sends == report.outcomes["sent"]
+    assert all(mailer.deliveries_for(key_of(n)) <= 1 for n in range(1, 201))
+    late = [i for i in ledger.items(W42) if not i.attempts]
+    assert len(late) == 200 - len(attempts)
+    assert {i.state for i in late} == {DeliveryState.DEAD_LETTERED}
+    assert {d.reason for d in ledger.dead_letters(W42)} == {"window_closed"}
