@@ -17,19 +17,13 @@ Whichever it is, the executor records the launcher's `DIGEST_*` settings on the 
 step starts, so a step process with other settings refuses (run_settings.py). Step outputs go
 through the ledger (io_manager.py), so no executor needs a shared disk. `Definitions.merge`
 refuses a second executor, so no other module may set one.
-
-This module also makes the job's snapshot id the same in every process that loads the code
-location (`stable_blocking_check_order`), so a `digest run` run and a UI launch share the one
-snapshot the code location reports.
 """
 
-import functools
 import os
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import dagster as dg
-from dagster._core.definitions.assets.job import asset_job
 from dagster._core.execution.context.system import PlanOrchestrationContext
 from dagster._core.execution.plan.plan import ExecutionPlan
 from dagster._core.executor.base import Executor
@@ -138,38 +132,7 @@ def build_executor(settings: ExecutorSettings) -> dg.ExecutorDefinition:
     return recording(k8s.k8s_job_executor)
 
 
-_BLOCKING_ORDER = "_get_blocking_asset_check_output_handles_by_asset_key"
-_stable: set[Callable[..., Any]] = set()
-
-
-def stable_blocking_check_order() -> None:
-    """Breaks Dagster's tie between blocking checks by node name, so the job snapshot is stable.
-
-    Dagster 1.13 orders the blocking checks a downstream asset waits on by output name only
-    (`dagster/_core/definitions/assets/job/asset_job.py`), and every `@asset_check` op's output
-    is `result`; with several blocking checks on `digest_deliveries` the order is a set's, and on
-    Python 3.11 that follows `hash(None)`, an address. So each process that loads the code
-    location (the webserver's code server, the daemon's, `digest run`) got another job snapshot
-    id, and a run made outside the webserver never matched the job it ran. The order Dagster
-    gives is kept; only ties are broken, by node name.
-    """
-    original = getattr(asset_job, _BLOCKING_ORDER)
-    if original in _stable:
-        return
-
-    @functools.wraps(original)
-    def ordered(*args: Any, **kwargs: Any) -> Mapping[dg.AssetKey, Sequence[Any]]:
-        return {
-            key: sorted(handles, key=lambda h: (h.output_name, str(h.node_handle)))
-            for key, handles in original(*args, **kwargs).items()
-        }
-
-    _stable.add(ordered)
-    setattr(asset_job, _BLOCKING_ORDER, ordered)
-
-
 @dg.definitions
 def execution() -> dg.Definitions:
-    """The executor of every job of the code location (and a stable job snapshot)."""
-    stable_blocking_check_order()
+    """The executor of every job of the code location."""
     return dg.Definitions(executor=build_executor(load_executor_settings(os.environ)))
