@@ -73,13 +73,13 @@ class Check:
 
 
 def check(
-    asset: str, *needs: str, name: str | None = None, blocking: bool = False
+    asset: str, *needs: str, blocking: bool = False
 ) -> Callable[[Callable[[CheckInputs], dg.AssetCheckResult]], Check]:
     """Makes a function a `Check` of `asset`, named after it, described by its docstring."""
 
     def wrap(fn: Callable[[CheckInputs], dg.AssetCheckResult]) -> Check:
         description = inspect.cleandoc(fn.__doc__ or "")
-        return Check(name or fn.__name__, asset, description, fn, frozenset(needs), blocking)
+        return Check(fn.__name__, asset, description, fn, frozenset(needs), blocking)
 
     return wrap
 

@@ -13,9 +13,10 @@ from dataclasses import dataclass
 
 from digest_pipeline.domain.failures import FailureClass, SendOutcome
 
-#: `DIGEST_BREAKER_THRESHOLD`'s default: above the default 16 sends in flight, so the breaker never
-#: holds a healthy default worker back, and far above what independent failures produce (20
-#: same-code failures in a row at a 20% failure rate: about 1e-14 per position).
+#: `DIGEST_BREAKER_THRESHOLD`'s default: above a relay's or provider's default 16 sends in flight,
+#: so the breaker never holds a healthy worker back (the outbox's 64 start as 20 until a send of
+#: the run succeeds), and far above what independent failures produce (20 same-code failures in
+#: a row at a 20% failure rate: about 1e-14 per position).
 DEFAULT_THRESHOLD = 20
 
 #: Reply codes that say the *sender's* credentials were refused (HTTP 401/403; RFC 4954 §6: SMTP
