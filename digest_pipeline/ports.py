@@ -10,6 +10,7 @@ from collections.abc import Collection, Iterable, Iterator, Sequence
 from datetime import datetime, timedelta
 
 from digest_pipeline.domain.catalogue import Order, Product
+from digest_pipeline.domain.chunks import chunked
 from digest_pipeline.domain.errors import DigestError
 from digest_pipeline.domain.failures import SendOutcome
 from digest_pipeline.domain.feedback import (
@@ -31,6 +32,7 @@ from digest_pipeline.domain.model import (
     DigestRow,
     EnqueueReceipt,
     InvariantResult,
+    ItemLease,
     ItemTimes,
     LeaseRecovery,
     LookupResult,
@@ -45,7 +47,7 @@ from digest_pipeline.domain.model import (
 )
 from digest_pipeline.domain.periods import OperationKey, Period
 from digest_pipeline.domain.regeneration import RowReplacement
-from digest_pipeline.domain.states import DeliveryState
+from digest_pipeline.domain.states import DELIVERED, DeliveryState
 
 
 class Clock(ABC):
@@ -343,6 +345,14 @@ class ReadModel(ABC):
         for item in self.iter_items(period):
             yield ItemTimes.of(item)
 
+    def iter_item_leases(self, period: Period, page: int = 1_000) -> Iterator[ItemLease]:
+        """Every item's key, state and token (`ItemLease`), streamed in key order.
+
+        Read `page` at a time; the SQL ledger reads those columns only.
+        """
+        for item in self.iter_items(period, page=page):
+            yield ItemLease.of(item)
+
     @abstractmethod
     def attempts(self, key: OperationKey) -> list[Attempt]:
         """The attempt history of one key, oldest first."""
@@ -421,6 +431,21 @@ class Ledger(
     The adapters implement it whole; a service names the roles it uses in its signature where
     it needs fewer. Implementations must be safe to call from many threads.
     """
+
+    def iter_needing_content(self, period: Period, page: int = 5_000) -> Iterator[str]:
+        """The frozen customer ids, in order, that content generation must write rows for.
+
+        Those with no live rows whose item is neither sent nor cleaned (or who have no item
+        yet). Streamed a page at a time, each page read once the caller is done with the one
+        before; the SQL ledger answers a page in one statement, this default in three.
+        """
+        entries = self.iter_snapshot_entries(period, page=page)
+        for chunk in chunked(entries, page):
+            keys = [OperationKey(period, e.customer_id) for e in chunk]
+            has_rows = self.keys_with_rows_of(keys)
+            fresh = [k for k in keys if k not in has_rows]
+            done = {k for k, item in self.items_of(fresh).items() if item.state in DELIVERED}
+            yield from (k.customer_id for k in fresh if k not in done)
 
 
 class FeedbackStore(SuppressionList):

@@ -11,6 +11,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
+from typing import Any
 from urllib.parse import urlsplit
 
 from digest_pipeline.domain.model import DigestRow
@@ -207,6 +208,9 @@ class PickPlan:
         self._category = {
             pid: p.category for pid, p in products.items() if isinstance(p.category, str)
         }
+        #: one payload a product, shared by every row that picks it: rows are written and read,
+        #: never changed, and the SQL ledger then encodes each shared payload once a write
+        self.payloads = {pid: row_payload(p) for pid, p in good.items()}
         self._ranked = sorted(by_id, key=lambda p: (-popularity.get(p.product_id, 0), p.product_id))
         self._sold = {pid for pid, n in popularity.items() if n > 0}
         #: the ranking's sold products, the only ones the category tier takes
@@ -249,21 +253,30 @@ def price_text(cents: int) -> str:
     return f"{Decimal(cents).scaleb(-2):.2f}"
 
 
-def digest_rows_for(key: OperationKey, picks: Sequence[Product]) -> list[DigestRow]:
-    """One digest row per pick, at positions 0..n-1, linked to the customer's operation key."""
+def row_payload(p: Product) -> dict[str, Any]:
+    """What a digest row holds of one product: the fields the renderer shows and links."""
+    return {
+        "title": p.title,
+        "price": price_text(p.price_cents),
+        "currency": p.currency,
+        "url": p.url,
+        "image_url": p.image_url,
+        "category": p.category,
+        "product_id": p.product_id,
+    }
+
+
+def digest_rows_for(
+    key: OperationKey,
+    picks: Sequence[Product],
+    payloads: Mapping[str, dict[str, Any]] | None = None,
+) -> list[DigestRow]:
+    """One digest row per pick, at positions 0..n-1, linked to the customer's operation key.
+
+    `payloads` may hold products' payloads made already (`PickPlan.payloads`), by product id.
+    """
+    made = payloads or {}
     return [
-        DigestRow(
-            key,
-            position,
-            {
-                "title": p.title,
-                "price": price_text(p.price_cents),
-                "currency": p.currency,
-                "url": p.url,
-                "image_url": p.image_url,
-                "category": p.category,
-                "product_id": p.product_id,
-            },
-        )
+        DigestRow(key, position, made.get(p.product_id) or row_payload(p))
         for position, p in enumerate(picks)
     ]

@@ -171,6 +171,19 @@ class ItemTimes:
 
 
 @dataclass(frozen=True)
+class ItemLease:
+    """The part of a work item cleanup reads: which item, its state and its fencing token."""
+
+    key: OperationKey
+    state: DeliveryState
+    lease_token: int
+
+    @classmethod
+    def of(cls, item: WorkItem) -> "ItemLease":
+        return cls(item.key, item.state, item.lease_token)
+
+
+@dataclass(frozen=True)
 class Claim:
     """A leased work item: the holder may act on it while the token still matches."""
 

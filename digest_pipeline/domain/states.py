@@ -86,6 +86,9 @@ TERMINAL: frozenset[DeliveryState] = frozenset(
         DeliveryState.SUPPRESSED,
     }
 )
+#: States whose generated rows were delivered (or already removed by cleanup): content is never
+#: generated for them again.
+DELIVERED: frozenset[DeliveryState] = frozenset({DeliveryState.SENT, DeliveryState.CLEANED})
 #: States an operator may replay.
 REPLAYABLE: frozenset[DeliveryState] = frozenset(
     {DeliveryState.DEAD_LETTERED, DeliveryState.FAILED}

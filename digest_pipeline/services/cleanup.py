@@ -45,7 +45,7 @@ def clean_period(
     report = CleanupReport()
     # The gate decides item by item (a page at a time); the ledger then cleans the page's
     # open items in one transaction and enforces the same rule itself.
-    items = ledger.iter_items(period, page=page)
+    items = ledger.iter_item_leases(period, page=page)
     for page_items in chunked(items, page):
         chosen = []
         for item in page_items:

@@ -27,12 +27,9 @@ from digest_pipeline.domain.chunks import chunked
 from digest_pipeline.domain.errors import SnapshotMissing
 from digest_pipeline.domain.model import DigestRow
 from digest_pipeline.domain.periods import OperationKey, Period
-from digest_pipeline.domain.states import DeliveryState
 from digest_pipeline.ports import CustomerSource, Ledger
 from digest_pipeline.services.logs import log_event
 
-#: items whose rows are delivered (or already removed by cleanup): never generate for them again
-_DONE = frozenset({DeliveryState.SENT, DeliveryState.CLEANED})
 #: customers per chunk: large enough that per-chunk queries are few, small enough that a chunk's
 #: orders and rows (a few megabytes) do not show in the process's peak
 CHUNK = 5_000
@@ -85,7 +82,7 @@ class ContentPlan:
         for key in keys:
             picks = self.plan.picks(bought.get(key.customer_id, []), picks_per_customer)
             empty += not picks
-            rows.extend(digest_rows_for(key, picks))
+            rows.extend(digest_rows_for(key, picks, self.plan.payloads))
         return rows, empty
 
 
@@ -143,20 +140,21 @@ def generate_content(
         raise ValueError(f"lookback must be positive, got {lookback}")
     if chunk < 1:
         raise ValueError(f"chunk must be at least 1, got {chunk}")
-    if ledger.snapshot(period) is None:
+    snapshot = ledger.snapshot(period)
+    if snapshot is None:
         raise SnapshotMissing(f"period {period} has no frozen eligibility snapshot")
     content = plan_content(source, period, lookback)
 
-    customers = rows = skipped = empty = 0
-    for entries in chunked(ledger.iter_snapshot_entries(period, page=chunk), chunk):
-        keys = [OperationKey(period, e.customer_id) for e in entries]
-        needed = _needing_content(ledger, keys)
-        skipped += len(keys) - len(needed)
-        generated, without = content.rows_for(source, needed, picks_per_customer)
+    customers = rows = empty = 0
+    for ids in chunked(ledger.iter_needing_content(period, page=chunk), chunk):
+        keys = [OperationKey(period, customer_id) for customer_id in ids]
+        generated, without = content.rows_for(source, keys, picks_per_customer)
         empty += without
-        customers += len(needed)
+        customers += len(keys)
         if generated:
             rows += ledger.add_digest_rows(generated)
+    # the snapshot is frozen, so everyone it holds who needed nothing was skipped
+    skipped = snapshot.eligible_count - customers
 
     report = ContentReport(customers, rows, skipped, empty, content.excluded)
     log_event(
@@ -177,11 +175,3 @@ def generate_content(
             customers=empty,
         )
     return report
-
-
-def _needing_content(ledger: Ledger, keys: Sequence[OperationKey]) -> list[OperationKey]:
-    """The keys, in order, that have no live rows and whose item is neither sent nor cleaned."""
-    has_rows = ledger.keys_with_rows_of(keys)
-    fresh = [k for k in keys if k not in has_rows]
-    done = {k for k, item in ledger.items_of(fresh).items() if item.state in _DONE}
-    return [k for k in fresh if k not in done]

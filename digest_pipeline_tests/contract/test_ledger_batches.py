@@ -17,6 +17,7 @@ from digest_pipeline.domain.model import (
     CleanupMode,
     CleanupReceipt,
     DigestRow,
+    ItemLease,
     ItemTimes,
     RefundBudget,
     Transition,
@@ -25,7 +26,7 @@ from digest_pipeline.domain.model import (
 from digest_pipeline.domain.states import DeliveryState
 from digest_pipeline_tests.builders import clean_one, recipient_of, rows_of
 from digest_pipeline_tests.conftest import T0, W42
-from digest_pipeline_tests.contract.test_ledger_contract import LEASE, W43, frozen, key
+from digest_pipeline_tests.contract.test_ledger_contract import LEASE, W43, frozen, key, send
 
 
 def test_start_attempts_gives_tickets_in_order_and_errors_for_what_cannot_start(ledger):
@@ -210,6 +211,33 @@ def test_recipients_and_rows_of_many_keys(ledger):
     assert ledger.keys_with_rows_of([c, a, missing]) == {c, a}
 
 
+@pytest.mark.parametrize("page", [1, 2, 1_000])
+def test_iter_needing_content_names_the_frozen_customers_without_rows_or_a_delivery(
+    ledger, page
+):
+    a, sent, cleaned, with_rows, failed, f = frozen(ledger, 6)
+    frozen(ledger, 2, W43)  # another week's customers are never this week's
+    claims = {cl.key: cl for cl in ledger.claim_due(T0, "w1", LEASE, 100, W42)}
+    send(ledger, claims[sent], SendOutcome.sent("pm-1"), DeliveryState.SENT)
+    send(ledger, claims[cleaned], SendOutcome.sent("pm-2"), DeliveryState.SENT)
+    ledger.add_digest_rows([DigestRow(cleaned, 0, {"title": "t"})])
+    clean_one(ledger, cleaned, claims[cleaned].token, CleanupMode.DELETE, T0)
+    ledger.add_digest_rows([DigestRow(with_rows, 0, {"title": "t"})])
+    failure = SendOutcome.failed(FailureClass.PERMANENT, "550")
+    send(ledger, claims[failed], failure, DeliveryState.FAILED)
+
+    seen = []
+    for customer_id in ledger.iter_needing_content(W42, page=page):
+        seen.append(customer_id)
+        # written as content generation writes them, while the pages are being read
+        ledger.add_digest_rows([DigestRow(key(customer_id), 0, {"title": "t"})])
+
+    # a failed item without rows gets them back (a replay sends it); the delivered never do
+    assert seen == [k.customer_id for k in (a, failed, f)]
+    assert list(ledger.iter_needing_content(W42, page=page)) == []
+    assert list(ledger.iter_needing_content(W43, page=page)) == ["customer-0", "customer-1"]
+
+
 @pytest.mark.parametrize("page", [1, 2, 7, 1_000])
 def test_iter_items_yields_every_item_once_whatever_the_page(ledger, page):
     keys = frozen(ledger, 7)
@@ -234,3 +262,23 @@ def test_item_times_are_the_items_state_and_times_each_once(ledger):
     assert len(times) == 3
     assert all(t.state is DeliveryState.SENT and t.sent_at is not None for t in times)
     assert all(t.first_claimed_at is not None for t in times)
+
+
+@pytest.mark.parametrize("page", [1, 2, 1_000])
+def test_item_leases_are_the_items_keys_states_and_tokens_each_once_in_key_order(ledger, page):
+    # cleanup reads these columns only, never a different story from the whole rows
+    (a, b, c), claims = sent_items(ledger, 3)
+    frozen(ledger, 2, W43)  # another week's items are not this week's
+    clean_one(ledger, a, claims[a].token, CleanupMode.DELETE, T0)
+    ledger.recover_expired_leases(T0 + LEASE)  # tokens of unclaimed items stay where they were
+
+    leases = list(ledger.iter_item_leases(W42, page=page))
+
+    assert leases == [ItemLease.of(i) for i in ledger.items(W42)]
+    assert [x.key for x in leases] == sorted([a, b, c], key=str)
+    assert [x.state for x in leases] == [
+        DeliveryState.CLEANED,
+        DeliveryState.SENT,
+        DeliveryState.SENT,
+    ]
+    assert [x.lease_token for x in leases] == [claims[k].token for k in (a, b, c)]

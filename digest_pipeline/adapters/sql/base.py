@@ -1,13 +1,15 @@
 """What every role of the SQL ledger shares: the engine, the dialect and the insert it needs."""
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
 import psycopg
 from sqlalchemy import (
+    JSON,
     ColumnElement,
     Connection,
+    Dialect,
     Engine,
     Select,
     Table,
@@ -21,6 +23,7 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.types import TypeEngine
 
 from digest_pipeline.adapters.sql.engine import driver_error
 from digest_pipeline.adapters.sql.schema import (
@@ -177,7 +180,7 @@ def insert_rows(conn: Connection, table: Table, rows: Sequence[Mapping[str, Any]
         return
     names = list(rows[0])
     # each column's own bind processing (UTC timestamps, JSON), as an INSERT would apply it
-    bind = [table.c[n].type.dialect_impl(conn.dialect).bind_processor(conn.dialect) for n in names]
+    bind = [_bind(table.c[n].type, conn.dialect) for n in names]
     quote = conn.dialect.identifier_preparer.quote
     statement = f"COPY {quote(table.name)} ({', '.join(map(quote, names))}) FROM STDIN"
     raw = conn.connection.driver_connection
@@ -190,6 +193,27 @@ def insert_rows(conn: Connection, table: Table, rows: Sequence[Mapping[str, Any]
                 )
     except psycopg.Error as e:
         raise driver_error(statement, rows, e) from None
+
+
+def _bind(kind: TypeEngine[Any], dialect: Dialect) -> Callable[[Any], Any] | None:
+    """A column type's bind processor for one COPY; a JSON one encodes each object once.
+
+    Rows often share one payload object (every row of a product, `PickPlan.payloads`). The
+    memo is keyed by the object's id, which is safe because every value stays referenced by the
+    rows being written until the COPY is done.
+    """
+    process = kind.dialect_impl(dialect).bind_processor(dialect)
+    if process is None or not isinstance(kind, JSON):
+        return process
+    encoded: dict[int, Any] = {}
+
+    def once(value: Any) -> Any:
+        k = id(value)
+        if k not in encoded:
+            encoded[k] = process(value)
+        return encoded[k]
+
+    return once
 
 
 def audit_row(e: AuditEntry) -> dict[str, Any]:

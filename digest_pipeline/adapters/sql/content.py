@@ -1,23 +1,25 @@
 """The generated digest rows: written in bulk, read per wave, replaced only for never-sent keys."""
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 
 from sqlalchemy import (
     exists,
+    literal,
     select,
 )
 
 from digest_pipeline.adapters.sql.base import CHUNK, KEYS, SqlBase, insert_rows, one_of, wi
 from digest_pipeline.adapters.sql.schema import (
     digest_rows,
+    eligibility_snapshot,
 )
 from digest_pipeline.domain.chunks import chunked
 from digest_pipeline.domain.model import (
     DigestRow,
 )
-from digest_pipeline.domain.periods import OperationKey, Period
+from digest_pipeline.domain.periods import KEY_PREFIX, OperationKey, Period
 from digest_pipeline.domain.regeneration import REGENERABLE, RowReplacement
-from digest_pipeline.domain.states import DeliveryState
+from digest_pipeline.domain.states import DELIVERED, DeliveryState
 from digest_pipeline.ports import ContentStore
 
 
@@ -71,6 +73,31 @@ class SqlContent(SqlBase, ContentStore):
                 )
                 found.update(by_name[name] for name in conn.execute(q).scalars())
         return found
+
+    def iter_needing_content(self, period: Period, page: int = 5_000) -> Iterator[str]:
+        es, dr = eligibility_snapshot, digest_rows
+        p = str(period)
+        # the anti-joins run in the database: no key list goes out and none comes back
+        has_rows = exists().where(
+            dr.c.operation_key == literal(f"{KEY_PREFIX}:{p}:") + es.c.customer_id
+        )
+        delivered = exists().where(
+            wi.c.period == es.c.period,
+            wi.c.customer_id == es.c.customer_id,
+            wi.c.state.in_([s.value for s in DELIVERED]),
+        )
+        q = select(es.c.customer_id).where(es.c.period == p, ~has_rows, ~delivered)
+        after: str | None = None
+        while True:
+            # keyset pagination on the primary key; each page is read after the caller wrote
+            # the rows of the one before, and is its own short read
+            paged = q if after is None else q.where(es.c.customer_id > after)
+            with self._engine.connect() as conn:
+                ids = list(conn.execute(paged.order_by(es.c.customer_id).limit(page)).scalars())
+            yield from ids
+            if len(ids) < page:
+                return
+            after = ids[-1]
 
     def keys_with_rows(self, period: Period) -> set[OperationKey]:
         q = (

@@ -33,6 +33,7 @@ from digest_pipeline.domain.model import (
     AuditEntry,
     DeadLetterRecord,
     InvariantResult,
+    ItemLease,
     ItemTimes,
     WorkItem,
 )
@@ -81,6 +82,13 @@ class SqlReadModel(SqlBase, ReadModel, AuditTrail):
             c.operation_key, c.state, c.created_at, c.first_claimed_at, c.sent_at, c.cleaned_at
         ).where(c.period == str(period))
         yield from self._pages(q, sql_rows.item_times, 5_000)
+
+    def iter_item_leases(self, period: Period, page: int = 1_000) -> Iterator[ItemLease]:
+        c = wi.c
+        q = select(c.operation_key, c.period, c.customer_id, c.state, c.lease_token).where(
+            c.period == str(period)
+        )
+        yield from self._pages(q, sql_rows.item_lease, page)
 
     def _pages(self, q: Select[Any], convert: Callable[[Any], T], page: int) -> Iterator[T]:
         """`q`'s rows as `convert` makes them, read `page` at a time in operation key order."""

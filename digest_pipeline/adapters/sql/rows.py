@@ -3,7 +3,14 @@
 from sqlalchemy import RowMapping
 
 from digest_pipeline.domain.failures import FailureClass
-from digest_pipeline.domain.model import Attempt, AuditEntry, DeadLetterRecord, ItemTimes, WorkItem
+from digest_pipeline.domain.model import (
+    Attempt,
+    AuditEntry,
+    DeadLetterRecord,
+    ItemLease,
+    ItemTimes,
+    WorkItem,
+)
 from digest_pipeline.domain.periods import OperationKey, Period
 from digest_pipeline.domain.states import DeliveryState
 
@@ -49,6 +56,15 @@ def item_times(r: Row) -> ItemTimes:
         r["first_claimed_at"],
         r["sent_at"],
         r["cleaned_at"],
+    )
+
+
+def item_lease(r: Row) -> ItemLease:
+    """The key, state and token of a `work_items` row (`ReadModel.iter_item_leases`)."""
+    return ItemLease(
+        OperationKey(Period.parse(r["period"]), r["customer_id"]),
+        DeliveryState(r["state"]),
+        r["lease_token"],
     )
 
 
