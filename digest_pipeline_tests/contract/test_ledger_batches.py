@@ -212,9 +212,7 @@ def test_recipients_and_rows_of_many_keys(ledger):
 
 
 @pytest.mark.parametrize("page", [1, 2, 1_000])
-def test_iter_needing_content_names_the_frozen_customers_without_rows_or_a_delivery(
-    ledger, page
-):
+def test_iter_needing_content_names_the_frozen_customers_without_rows_or_a_delivery(ledger, page):
     a, sent, cleaned, with_rows, failed, f = frozen(ledger, 6)
     frozen(ledger, 2, W43)  # another week's customers are never this week's
     claims = {cl.key: cl for cl in ledger.claim_due(T0, "w1", LEASE, 100, W42)}
