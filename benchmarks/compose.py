@@ -80,6 +80,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         "period_label": "week 42, 2026",
         "unsubscribe_url": "https://shop.example/u",
         "preheader": "",
+        "pick_blocks": composer.pick_blocks([pick_of(item.key, r) for r in first_rows]),
     }
     rows = [
         (

@@ -22,6 +22,7 @@ from typing import Any
 from urllib.parse import quote
 
 import jinja2
+import markupsafe
 
 from digest_pipeline.adapters.mail.mime import check_message, to_bytes
 from digest_pipeline.domain.catalogue import is_web_link, shown_id
@@ -41,6 +42,10 @@ _PLAIN_ADDRESS = re.compile(rf"{_ATOM}(?:\.{_ATOM})*@{_LABEL}(?:\.{_LABEL})+")
 _SYMBOLS = {"EUR": "€", "USD": "$", "GBP": "£"}
 _SUBJECT_MAX = 150
 _TEMPLATES = ("subject.txt.j2", "preheader.txt.j2", "digest.txt.j2", "digest.html.j2")
+#: one pick's block of each part, rendered once per pick (and number) and reused by every
+#: message that shows it: a week shows a few hundred products, four to each of its customers
+_PICK_TEMPLATES = ("pick.html.j2", "pick.txt.j2")
+_PICK_BLOCKS_KEPT = 4096
 #: the longest customer id there can be (periods.validate_customer_id), for the settings probe
 _PROBE_KEY = OperationKey(FIRST_PERIOD, "x" * 128)
 
@@ -87,6 +92,15 @@ class _Pick:
     price: str | None
     url: str
     image_url: str | None
+
+
+@dataclass(frozen=True)
+class _PickBlocks:
+    """The picks' blocks of each part, as the digest templates place them."""
+
+    #: escaped as it was rendered (`pick.html.j2` is autoescaped), so never escaped again
+    html: markupsafe.Markup
+    text: str
 
 
 def _is_unicode(text: str) -> bool:
@@ -198,6 +212,13 @@ class Jinja2Composer(Composer):
         )
         # Loaded once, here: a missing template is a deployment error, not a per-item failure.
         self._templates = {name: env.get_template(name) for name in _TEMPLATES}
+        html_pick, text_pick = (env.get_template(name) for name in _PICK_TEMPLATES)
+        self._pick_html = lru_cache(maxsize=_PICK_BLOCKS_KEPT)(
+            lambda pick: html_pick.render(pick=pick)
+        )
+        self._pick_text = lru_cache(maxsize=_PICK_BLOCKS_KEPT)(
+            lambda pick, number: text_pick.render(pick=pick, number=number)
+        )
         # Each template's globals merged once: `render` merges them (a ChainMap walk) per call.
         self._globals = {name: dict(t.globals) for name, t in self._templates.items()}
         self._sender = sender
@@ -234,6 +255,7 @@ class Jinja2Composer(Composer):
             "period_label": f"week {item.period.week}, {item.period.year}",
             "unsubscribe_url": unsubscribe,
         }
+        context["pick_blocks"] = self.pick_blocks(context["picks"])
         try:
             subject = _one_line(self._render("subject.txt.j2", context), _SUBJECT_MAX)
             context["preheader"] = _one_line(self._render("preheader.txt.j2", context), 140)
@@ -255,6 +277,15 @@ class Jinja2Composer(Composer):
         # refusal into a permanent `render_error`.
         check_message(message)
         return message
+
+    def pick_blocks(self, picks: Sequence[_Pick]) -> _PickBlocks:
+        """Each part's blocks of `picks`, in order, from the pick templates (cached per pick).
+
+        The last block's closing newline is the digest template's own, after `pick_blocks`.
+        """
+        html = "".join(self._pick_html(p) for p in picks)
+        text = "".join(self._pick_text(p, n) for n, p in enumerate(picks, 1))
+        return _PickBlocks(markupsafe.Markup(html.removesuffix("\n")), text.removesuffix("\n"))
 
     @property
     def templates(self) -> Mapping[str, jinja2.Template]:

@@ -1,8 +1,12 @@
 """The generated digest rows: written in bulk, read per wave, replaced only for never-sent keys."""
 
+import json
 from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
 
 from sqlalchemy import (
+    Text,
+    cast,
     exists,
     literal,
     select,
@@ -48,14 +52,21 @@ class SqlContent(SqlBase, ContentStore):
         found: dict[OperationKey, list[DigestRow]] = {k: [] for k in keys}
         by_name = {str(k): k for k in keys}
         dr = digest_rows
+        # Read as text and decoded once per distinct text: the rows of one product carry the
+        # same payload, so a wave decodes a few hundred payloads, not four a customer. Rows
+        # are read, never changed, so sharing the decoded object is safe.
+        decoded: dict[str, Any] = {}
         with self._engine.connect() as conn:
             for chunk in chunked(by_name, KEYS):
                 q = (
-                    select(dr.c.operation_key, dr.c.position, dr.c.payload)
+                    select(dr.c.operation_key, dr.c.position, cast(dr.c.payload, Text))
                     .where(one_of(dr.c.operation_key, chunk, self._pg))
                     .order_by(dr.c.operation_key, dr.c.position, dr.c.row_id)
                 )
-                for name, position, payload in conn.execute(q):
+                for name, position, text in conn.execute(q):
+                    payload = decoded.get(text)
+                    if payload is None:
+                        payload = decoded[text] = json.loads(text)
                     key = by_name[name]
                     found[key].append(DigestRow(key, position, payload))
         return found
