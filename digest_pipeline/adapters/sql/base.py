@@ -1,8 +1,8 @@
 """What every role of the SQL ledger shares: the engine, the dialect and the insert it needs."""
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 import psycopg
 from sqlalchemy import (
@@ -42,6 +42,8 @@ from digest_pipeline.domain.periods import OperationKey, Period
 from digest_pipeline.domain.states import DeliveryState
 
 CHUNK = 5_000
+#: what `SqlBase._pages` makes of each row
+T = TypeVar("T")
 #: an enqueue that creates this many items refreshes the table's planner statistics
 ANALYZE_AFTER = 1_000
 #: keys per `IN (…)` list: far below every driver's bound-parameter limit
@@ -241,6 +243,27 @@ class SqlBase:
     @property
     def engine(self) -> Engine:
         return self._engine
+
+    def _pages(
+        self, q: Select[Any], key: ColumnElement[str], convert: Callable[[Any], T], page: int
+    ) -> Iterator[T]:
+        """`q`'s rows as `convert` makes them, read `page` at a time in `key` order.
+
+        Keyset pagination on a unique `key` that `q` selects: each page is its own short read,
+        nothing is held open between them, and a page is read only once the caller has taken
+        every row of the one before (so what it wrote meanwhile is seen).
+        """
+        after: str | None = None
+        name = key.name
+        while True:
+            paged = q if after is None else q.where(key > after)
+            with self._engine.connect() as conn:
+                rows = conn.execute(paged.order_by(key).limit(page)).mappings().all()
+                converted = [convert(r) for r in rows]
+            yield from converted
+            if len(rows) < page:
+                return
+            after = rows[-1][name]
 
     def _insert(self, table: Any) -> postgresql.Insert | sqlite.Insert:
         return postgresql.insert(table) if self._pg else sqlite.insert(table)

@@ -98,17 +98,7 @@ class SqlContent(SqlBase, ContentStore):
             wi.c.state.in_([s.value for s in DELIVERED]),
         )
         q = select(es.c.customer_id).where(es.c.period == p, ~has_rows, ~delivered)
-        after: str | None = None
-        while True:
-            # keyset pagination on the primary key; each page is read after the caller wrote
-            # the rows of the one before, and is its own short read
-            paged = q if after is None else q.where(es.c.customer_id > after)
-            with self._engine.connect() as conn:
-                ids = list(conn.execute(paged.order_by(es.c.customer_id).limit(page)).scalars())
-            yield from ids
-            if len(ids) < page:
-                return
-            after = ids[-1]
+        yield from self._pages(q, es.c.customer_id, lambda r: r["customer_id"], page)
 
     def keys_with_rows(self, period: Period) -> set[OperationKey]:
         q = (

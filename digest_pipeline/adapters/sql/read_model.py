@@ -1,11 +1,9 @@
 """The read model (status, checks, metrics, rigs) and the audit trail, with the invariants beside it."""
 
-from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from datetime import datetime
-from typing import Any, TypeVar
 
 from sqlalchemy import (
-    Select,
     distinct,
     func,
     select,
@@ -44,8 +42,6 @@ from digest_pipeline.ports import (
     ReadModel,
 )
 
-T = TypeVar("T")
-
 
 class SqlReadModel(SqlBase, ReadModel, AuditTrail):
     """The `ReadModel` and `AuditTrail` roles of `SqlLedger`."""
@@ -74,35 +70,23 @@ class SqlReadModel(SqlBase, ReadModel, AuditTrail):
     def iter_items(
         self, period: Period, states: Iterable[DeliveryState] | None = None, page: int = 1_000
     ) -> Iterator[WorkItem]:
-        yield from self._pages(period_items(period, states), sql_rows.work_item, page)
+        yield from self._pages(
+            period_items(period, states), wi.c.operation_key, sql_rows.work_item, page
+        )
 
     def iter_item_times(self, period: Period) -> Iterator[ItemTimes]:
         c = wi.c
         q = select(
             c.operation_key, c.state, c.created_at, c.first_claimed_at, c.sent_at, c.cleaned_at
         ).where(c.period == str(period))
-        yield from self._pages(q, sql_rows.item_times, 5_000)
+        yield from self._pages(q, wi.c.operation_key, sql_rows.item_times, 5_000)
 
     def iter_item_leases(self, period: Period, page: int = 1_000) -> Iterator[ItemLease]:
         c = wi.c
         q = select(c.operation_key, c.period, c.customer_id, c.state, c.lease_token).where(
             c.period == str(period)
         )
-        yield from self._pages(q, sql_rows.item_lease, page)
-
-    def _pages(self, q: Select[Any], convert: Callable[[Any], T], page: int) -> Iterator[T]:
-        """`q`'s rows as `convert` makes them, read `page` at a time in operation key order."""
-        after: str | None = None
-        while True:
-            # keyset pagination: each page is its own short read, nothing is held open between
-            paged = q if after is None else q.where(wi.c.operation_key > after)
-            with self._engine.connect() as conn:
-                rows = conn.execute(paged.order_by(wi.c.operation_key).limit(page)).mappings().all()
-                converted = [convert(r) for r in rows]
-            yield from converted
-            if len(rows) < page:
-                return
-            after = rows[-1]["operation_key"]
+        yield from self._pages(q, wi.c.operation_key, sql_rows.item_lease, page)
 
     def attempts(self, key: OperationKey) -> list[Attempt]:
         q = (

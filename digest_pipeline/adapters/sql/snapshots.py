@@ -91,17 +91,9 @@ class SqlSnapshots(SqlBase, SnapshotStore):
     def iter_snapshot_entries(self, period: Period, page: int = 1_000) -> Iterator[SnapshotEntry]:
         es = eligibility_snapshot
         q = select(es.c.customer_id, es.c.recipient).where(es.c.period == str(period))
-        after: str | None = None
-        while True:
-            # keyset pagination on the primary key: each page is its own short read
-            paged = q if after is None else q.where(es.c.customer_id > after)
-            with self._engine.connect() as conn:
-                rows = conn.execute(paged.order_by(es.c.customer_id).limit(page))
-                entries = [SnapshotEntry(r.customer_id, r.recipient) for r in rows]
-            yield from entries
-            if len(entries) < page:
-                return
-            after = entries[-1].customer_id
+        yield from self._pages(
+            q, es.c.customer_id, lambda r: SnapshotEntry(r["customer_id"], r["recipient"]), page
+        )
 
     def holds_demo_data(self) -> bool:
         return holds_demo_data(self._engine)
