@@ -44,7 +44,8 @@ from digest_pipeline.domain.states import DeliveryState
 CHUNK = 5_000
 #: what `SqlBase._pages` makes of each row
 T = TypeVar("T")
-#: an enqueue that creates this many items refreshes the table's planner statistics
+#: an enqueue that creates this many items refreshes the table's planner statistics, and a
+#: table changed by this many rows more than it held when last analysed is analysed again
 ANALYZE_AFTER = 1_000
 #: keys per `IN (…)` list: far below every driver's bound-parameter limit
 KEYS = 500
@@ -264,6 +265,32 @@ class SqlBase:
             if len(rows) < page:
                 return
             after = rows[-1][name]
+
+    def _refresh_statistics(self, tables: Sequence[Table], written: int = 0) -> None:
+        """ANALYZEs each table the planner's statistics no longer describe (PostgreSQL only).
+
+        A table is stale once the rows changed since its last analysis (autovacuum's own
+        counter, plus `written`: rows this process wrote that the counter may not show yet)
+        exceed the rows it holds by `ANALYZE_AFTER`: a table that more than doubled, or whose
+        rows all moved on. A ledger's phases rewrite whole tables faster than autovacuum looks
+        (content writes a week's digest rows, delivery moves every item from `pending` to
+        `sent`), and the next phase's reads by key then got a plan for the table as it was:
+        a parallel scan of every digest row for each wave, or the state index for every
+        cleanup chunk. Runs in its own short transaction, never inside one that holds row locks,
+        so two workers' ANALYZEs can only wait for each other, never deadlock.
+        """
+        if not self._pg:
+            return
+        stale = text(
+            "SELECT c.relname FROM pg_class c JOIN pg_stat_user_tables s ON s.relid = c.oid"
+            " WHERE c.oid = ANY(CAST(:names AS regclass[]))"
+            " AND s.n_mod_since_analyze + :written > :floor + GREATEST(c.reltuples, 0)"
+        )
+        names = [t.name for t in tables]
+        with self._engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+            params = {"names": names, "written": written, "floor": ANALYZE_AFTER}
+            for name in conn.execute(stale, params).scalars():
+                conn.exec_driver_sql(f"ANALYZE {conn.dialect.identifier_preparer.quote(name)}")
 
     def _insert(self, table: Any) -> postgresql.Insert | sqlite.Insert:
         return postgresql.insert(table) if self._pg else sqlite.insert(table)

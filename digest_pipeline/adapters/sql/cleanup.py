@@ -9,10 +9,9 @@ from sqlalchemy import (
     insert,
     literal,
     select,
-    update,
 )
 
-from digest_pipeline.adapters.sql.base import KEYS, SqlBase, insert_rows, one_of, wi
+from digest_pipeline.adapters.sql.base import KEYS, SqlBase, insert_rows, one_of, update_many, wi
 from digest_pipeline.adapters.sql.schema import (
     cleanups,
     digest_rows,
@@ -27,6 +26,11 @@ from digest_pipeline.domain.model import (
 from digest_pipeline.domain.periods import OperationKey
 from digest_pipeline.domain.states import DeliveryState
 from digest_pipeline.ports import Cleaner
+
+#: `sent → cleaned` is guarded like every transition: on key, state and fencing token
+_GUARD = ("operation_key", "state", "lease_token")
+#: the columns it sets, each row's own value (one cached statement for every chunk)
+_CLEANED = dict.fromkeys(("state", "cleaned_at", "updated_at"))
 
 
 class SqlCleaner(SqlBase, Cleaner):
@@ -97,14 +101,15 @@ class SqlCleaner(SqlBase, Cleaner):
                     for k in movable
                 ],
             )
-            conn.execute(
-                update(wi)
-                .where(
-                    one_of(wi.c.operation_key, movable, self._pg),
-                    wi.c.state == DeliveryState.SENT.value,
-                )
-                .values(state=DeliveryState.CLEANED.value, cleaned_at=now, updated_at=now)
-            )
+            # The compare-and-set on key, state and token every transition makes, joined on
+            # all three: a constant `state = 'sent'` let the planner, whose statistics still
+            # saw every item `pending`, read the chunk through the state index (every sent item
+            # of the ledger, for each chunk).
+            values = {"state": DeliveryState.CLEANED.value, "cleaned_at": now, "updated_at": now}
+            guarded = [((k, DeliveryState.SENT.value, current[k][1]), values) for k in movable]
+            if update_many(conn, wi, _GUARD, _CLEANED, guarded) != len(guarded):
+                # the rows are locked and their guards were just read: a bug, not a race
+                raise RuntimeError(f"cleanup's guarded update missed some of {len(guarded)} rows")
             self._remove_rows(conn, movable, mode, now)
         receipts: list[CleanupReceipt | DigestError] = []
         for key, token in items:

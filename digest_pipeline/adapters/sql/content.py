@@ -46,6 +46,8 @@ class SqlContent(SqlBase, ContentStore):
             for chunk in chunked(values, CHUNK):
                 insert_rows(conn, digest_rows, chunk)
                 written += len(chunk)
+        # delivery reads these rows by key next, a wave at a time
+        self._refresh_statistics([digest_rows], written)
         return written
 
     def digest_rows_of(self, keys: Sequence[OperationKey]) -> dict[OperationKey, list[DigestRow]]:

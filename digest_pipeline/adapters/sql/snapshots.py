@@ -75,6 +75,8 @@ class SqlSnapshots(SqlBase, SnapshotStore):
             )
             info = self._snapshot_info(conn, period)
         assert info is not None
+        # delivery looks every claim's recipient up by customer id
+        self._refresh_statistics([eligibility_snapshot], count)
         return SnapshotReceipt(info, reused=False)
 
     def snapshot(self, period: Period) -> SnapshotInfo | None:

@@ -1,0 +1,82 @@
+"""A bulk write leaves PostgreSQL statistics that describe it, so the next phase's reads use keys.
+
+Delivery reads a period's digest rows and recipients by key, a wave at a time, moments after
+content generation and the freeze wrote them, long before autovacuum looks. Planned without
+statistics, each wave's read of its digest rows was a parallel scan of every row of the table
+(30 ms a wave at 100,000 customers), and cleanup's `sent → cleaned` went through the state index
+over every sent item of the ledger, each chunk.
+"""
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from sqlalchemy import Engine, text
+
+from digest_pipeline.adapters.sql.ledger import SqlLedger
+from digest_pipeline_tests.builders import ROWS_PER_CUSTOMER, W42, seed_period
+from digest_pipeline_tests.conftest import truncate_pg
+
+pytestmark = pytest.mark.integration
+
+#: customers: above `ANALYZE_AFTER` rows in every table the phases write
+CUSTOMERS = 6_000
+
+
+def _plan_nodes(engine: Engine, sql: str, **params: Any) -> Iterator[dict[str, Any]]:
+    with engine.connect() as conn:
+        [plan] = conn.execute(text(f"EXPLAIN (FORMAT JSON) {sql}"), params).scalar_one()
+    todo = [plan["Plan"] if isinstance(plan, dict) else json.loads(plan)[0]["Plan"]]
+    while todo:
+        node = todo.pop()
+        yield node
+        todo.extend(node.get("Plans", []))
+
+
+def _scans(engine: Engine, sql: str, **params: Any) -> set[tuple[str, str]]:
+    """(node type, relation) of every scan in the plan of `sql`."""
+    return {
+        (n["Node Type"], n.get("Relation Name", ""))
+        for n in _plan_nodes(engine, sql, **params)
+        if "Scan" in n["Node Type"]
+    }
+
+
+@pytest.fixture
+def seeded(pg_engine: Engine) -> SqlLedger:
+    truncate_pg(pg_engine)
+    with pg_engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        # as a week after the last cleanup left them: analysed while empty
+        conn.execute(text("ANALYZE digest_rows, eligibility_snapshot, work_items"))
+    ledger = SqlLedger(pg_engine)
+    seed_period(ledger, CUSTOMERS)
+    return ledger
+
+
+def test_the_planner_knows_the_snapshot_and_the_digest_rows_just_written(
+    seeded: SqlLedger,
+) -> None:
+    with seeded.engine.connect() as conn:
+        planned = dict(
+            conn.execute(
+                text(
+                    "SELECT relname, reltuples FROM pg_class"
+                    " WHERE relname IN ('eligibility_snapshot', 'digest_rows')"
+                )
+            ).all()
+        )
+    assert planned == {
+        "eligibility_snapshot": CUSTOMERS,
+        "digest_rows": CUSTOMERS * ROWS_PER_CUSTOMER,
+    }
+
+
+def test_a_wave_reads_its_digest_rows_by_key(seeded: SqlLedger) -> None:
+    keys = [f"digest:{W42}:customer-{n:04d}" for n in range(3000, 3064)]
+    scans = _scans(
+        seeded.engine,
+        "SELECT operation_key, position, payload FROM digest_rows WHERE operation_key = ANY(:keys)",
+        keys=keys,
+    )
+    assert ("Seq Scan", "digest_rows") not in scans, scans
