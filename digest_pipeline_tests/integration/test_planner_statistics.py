@@ -15,7 +15,8 @@ import pytest
 from sqlalchemy import Engine, text
 
 from digest_pipeline.adapters.sql.ledger import SqlLedger
-from digest_pipeline_tests.builders import ROWS_PER_CUSTOMER, W42, seed_period
+from digest_pipeline.rigs.seeding import W42
+from digest_pipeline_tests.builders import ROWS_PER_CUSTOMER, seed_period
 from digest_pipeline_tests.conftest import truncate_pg
 
 pytestmark = pytest.mark.integration
@@ -58,7 +59,7 @@ def test_the_planner_knows_the_snapshot_and_the_digest_rows_just_written(
     seeded: SqlLedger,
 ) -> None:
     with seeded.engine.connect() as conn:
-        planned = dict(
+        planned: dict[str, float] = dict(
             conn.execute(
                 text(
                     "SELECT relname, reltuples FROM pg_class"
