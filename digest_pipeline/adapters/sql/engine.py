@@ -26,6 +26,7 @@ from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
+from psycopg.types.array import ListBinaryDumper
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import ExceptionContext, make_url
@@ -309,6 +310,17 @@ def _json_loads(data: str | bytes) -> Any:
     return json.loads(data.decode() if isinstance(data, bytes) else data)
 
 
+def _binary_arrays(dbapi_connection: Any, _record: Any) -> None:
+    """Array parameters in PostgreSQL's binary format, not its text literal.
+
+    A wave's keys, tokens and times go to the server as arrays (`= ANY(…)`, `unnest(…)`), and
+    psycopg builds a text array literal element by element in Python, quoting each one: 1.4 µs
+    a key and 3.3 µs a timestamp, a third of a cleanup chunk's time. The binary form costs
+    0.2 µs an element. Only arrays change; every statement casts its array to the column's type.
+    """
+    dbapi_connection.adapters.register_dumper(list, ListBinaryDumper)
+
+
 def create_ledger_engine(url: str, *, pool_size: int = 10, create: bool = True) -> Engine:
     """An engine for `url`; a SQLite file's folder is created if missing.
 
@@ -336,6 +348,8 @@ def create_ledger_engine(url: str, *, pool_size: int = 10, create: bool = True) 
         # does for psycopg2 and for INSERT … RETURNING: psycopg 3's executemany otherwise sends
         # one statement per row (340,000 of them for a 100,000-customer week's digest rows).
         engine.dialect.use_insertmanyvalues_wo_returning = True
+        if engine.dialect.driver == "psycopg":
+            event.listen(engine, "connect", _binary_arrays)
         return guard_engine_errors(engine)
     if parsed.database and parsed.database != ":memory:":
         if create:
