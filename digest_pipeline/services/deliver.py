@@ -16,6 +16,7 @@ at the breaker's threshold (`BreakerOpen`, domain/breaker.py) and leaves the res
 
 import logging
 from collections import Counter, deque
+from contextlib import nullcontext
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -528,7 +529,7 @@ class _Run:
 
     def step(
         self,
-        pool: ThreadPoolExecutor,
+        pool: ThreadPoolExecutor | None,
         batch_size: int,
         max_items: int | None,
         should_continue: Callable[[], bool],
@@ -642,7 +643,10 @@ def deliver_due(
     # the next claim happens only once there is room (a crash strands one claim, not two).
     # When the breaker holds a claim or a wave back, the oldest wave in flight is recorded
     # first: its outcomes say whether the provider takes our messages.
-    with ThreadPoolExecutor(max_workers=concurrency) as pool:
+    # A local mailer's send ends before the ledger could record anything (a file link, a
+    # memory write): it runs here, in turn, without a pool's future and lock for each message.
+    remote = deliverer.mailer.capabilities.remote
+    with ThreadPoolExecutor(max_workers=concurrency) if remote else nullcontext() as pool:
         while run.stop is None and run.step(pool, batch_size, max_items, should_continue):
             pass
         run.drain()
