@@ -16,9 +16,9 @@ at the breaker's threshold (`BreakerOpen`, domain/breaker.py) and leaves the res
 
 import logging
 from collections import Counter, deque
-from contextlib import nullcontext
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from datetime import datetime
 
