@@ -1,10 +1,12 @@
 """What every role of the SQL ledger shares: the engine, the dialect and the insert it needs."""
 
+import json
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import Any, TypeVar
 
 import psycopg
+from psycopg.types.json import Json
 from sqlalchemy import (
     JSON,
     ColumnElement,
@@ -213,7 +215,12 @@ def _bind(kind: TypeEngine[Any], dialect: Dialect) -> Callable[[Any], Any] | Non
     def once(value: Any) -> Any:
         k = id(value)
         if k not in encoded:
-            encoded[k] = process(value)
+            bound = process(value)
+            # SQLAlchemy hands psycopg a `Json` wrapper, which psycopg would encode again for
+            # every row that shares it: the text goes into the COPY instead, encoded once
+            if isinstance(bound, Json):
+                bound = (bound.dumps or json.dumps)(bound.obj)
+            encoded[k] = bound
         return encoded[k]
 
     return once

@@ -113,5 +113,7 @@ class SqlCustomerSource(CustomerSource):
                 q = select(o.order_id, o.customer_id, o.product_id, o.ordered_at).where(
                     one_of(o.customer_id, ids, pg), o.ordered_at >= since, o.ordered_at < until
                 )
-                for r in conn.execute(q):
-                    yield Order(r.order_id, r.customer_id, r.product_id, r.ordered_at)
+                # fetched whole (a chunk of customers' orders, a few thousand rows): a row at a
+                # time was a fetch call each through SQLAlchemy and psycopg
+                for order_id, customer_id, product_id, ordered_at in conn.execute(q).all():
+                    yield Order(order_id, customer_id, product_id, ordered_at)

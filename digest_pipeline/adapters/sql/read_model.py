@@ -174,5 +174,8 @@ class SqlReadModel(SqlBase, ReadModel, AuditTrail):
     def check_invariants(
         self, period: Period, now: datetime, names: Collection[str] | None = None
     ) -> list[InvariantResult]:
+        # right after a delivery run the planner still thinks `attempts` is empty, and joined
+        # every attempt to its item by index and sorted them on disk to find double sends
+        self._refresh_statistics([attempts])
         with self._engine.connect() as conn:
             return evaluate_invariants(conn, period, now, names)
