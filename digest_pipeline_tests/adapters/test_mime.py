@@ -1,7 +1,10 @@
 import sys
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from digest_pipeline.adapters.mail import mime
 from digest_pipeline.adapters.mail.mime import check_message, to_bytes
 from digest_pipeline.domain.errors import RenderError
 from digest_pipeline.domain.model import Message
@@ -87,3 +90,32 @@ def test_a_parser_crash_is_a_render_error_naming_only_its_type(sender):
     with pytest.raises(RenderError, match=r"cannot be serialised \(\w+Error\)") as raised:
         to_bytes(bad)
     assert "example.com" not in str(raised.value)
+
+
+# what header smuggling, bad names and bad text are made of, and what the fast path joins on
+_PIECES = st.sampled_from([*"aZ9-:; \t\r\n\x85\u2028é€", "\ud800", "\udfff", "x" * 990])
+_TEXT = st.lists(_PIECES, max_size=3).map("".join)
+_NAME = st.lists(st.sampled_from(["X-Note", "X\tNote", "a", "\t", ":", " ", "é"]), max_size=2).map(
+    "".join
+)
+
+
+@settings(max_examples=1000)
+@given(
+    st.lists(st.tuples(_NAME, _TEXT), max_size=3), st.sampled_from(["Subject", *_PIECES.elements])
+)
+def test_the_one_pass_check_refuses_exactly_what_the_header_by_header_check_refuses(
+    headers, subject
+):
+    m = message(headers=tuple(headers), subject=subject, html=None)
+    fields = (("From", m.sender), ("To", m.recipient), ("Subject", m.subject), *m.headers)
+    with pytest.raises(RenderError) as by_header:
+        mime._name_the_header(m, fields)
+    refused_one_by_one = "cannot be sent" not in str(by_header.value)
+    try:
+        check_message(m)
+    except RenderError as e:
+        assert refused_one_by_one
+        assert str(e) == str(by_header.value)
+    else:
+        assert not refused_one_by_one

@@ -1,5 +1,8 @@
 """The one-click token and the public-secret rule of `domain/unsubscribe.py`."""
 
+import hashlib
+import hmac
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -9,6 +12,7 @@ from digest_pipeline.domain.unsubscribe import (
     DEMO_UNSUBSCRIBE_SECRET,
     public_secret_refusal,
     token_matches,
+    token_signer,
     unsubscribe_token,
 )
 
@@ -18,6 +22,17 @@ SECRET = "a-private-secret-for-tests"
 def test_the_composer_signs_with_the_token_serve_checks():
     assert rendered_token is unsubscribe_token
     assert token_matches(SECRET, "customer-0001", unsubscribe_token(SECRET, "customer-0001"))
+
+
+@given(
+    st.text(min_size=1, max_size=40),
+    st.lists(st.from_regex(r"[A-Za-z0-9._-]{1,24}", fullmatch=True)),
+)
+def test_one_keyed_signer_gives_each_customer_the_plain_hmac(secret, customer_ids):
+    sign = token_signer(secret)
+    for customer_id in [*customer_ids, *customer_ids]:  # each twice: a token leaves no state
+        plain = hmac.new(secret.encode(), customer_id.encode(), hashlib.sha256).hexdigest()
+        assert sign(customer_id) == plain[:32]
 
 
 def test_a_token_is_one_customers_under_one_secret():

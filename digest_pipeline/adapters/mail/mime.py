@@ -24,6 +24,8 @@ WIRE = SMTP.clone(max_line_length=MAX_LINE)
 _LINE_BREAK = re.compile("[\r\n\v\f\x1c\x1d\x1e\x85\u2028\u2029]")
 # RFC 5322 §2.2: a field name is printable US-ASCII except ':'.
 _FIELD_NAME = re.compile(r"[!-9;-~]+")
+#: field names joined by tabs, each one `_FIELD_NAME`
+_FIELD_NAMES = re.compile(r"[!-9;-~]+(?:\t[!-9;-~]+)*")
 
 
 def _encodable(text: str) -> bool:
@@ -48,6 +50,26 @@ def check_message(message: Message) -> None:
         ("Subject", message.subject),
         *message.headers,
     )
+    # The common case in one pass over all the headers at once (a tab is neither a line break
+    # nor a name character); only a message that fails is looked at header by header, to name
+    # the header.
+    names = "\t".join(name for name, _ in fields)
+    values = "\t".join(value for _, value in fields)
+    fine = (
+        names.count("\t") == len(fields) - 1  # no name holds the separator itself
+        and _FIELD_NAMES.fullmatch(names) is not None
+        and _LINE_BREAK.search(values) is None
+        and all(len(name) + 2 + len(value) <= MAX_LINE for name, value in fields)
+        and _encodable(values)
+    )
+    if not fine:
+        _name_the_header(message, fields)
+    if not (_encodable(message.text) and _encodable(message.html or "")):
+        raise RenderError(f"{message.key}: the body is not valid Unicode")
+
+
+def _name_the_header(message: Message, fields: tuple[tuple[str, str], ...]) -> None:
+    """Raises the RenderError of the first header `check_message` refuses."""
     for name, value in fields:
         if not _FIELD_NAME.fullmatch(name):
             raise RenderError(f"{message.key}: a header name is not printable ASCII")
@@ -59,8 +81,7 @@ def check_message(message: Message) -> None:
             raise RenderError(f"{message.key}: header {name} is longer than {MAX_LINE} characters")
         if not _encodable(value):
             raise RenderError(f"{message.key}: header {name} is not valid Unicode")
-    if not all(_encodable(part) for part in (message.text, message.html or "")):
-        raise RenderError(f"{message.key}: the body is not valid Unicode")
+    raise RenderError(f"{message.key}: a header cannot be sent")  # the checks above disagree
 
 
 def build_mime(message: Message) -> EmailMessage:

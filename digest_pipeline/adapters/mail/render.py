@@ -29,6 +29,7 @@ from digest_pipeline.domain.catalogue import is_web_link, shown_id
 from digest_pipeline.domain.errors import RenderError
 from digest_pipeline.domain.model import DigestRow, Message, WorkItem, message_id_for
 from digest_pipeline.domain.periods import FIRST_PERIOD, OperationKey
+from digest_pipeline.domain.unsubscribe import token_signer
 from digest_pipeline.domain.unsubscribe import unsubscribe_token as unsubscribe_token
 from digest_pipeline.ports import Clock, Composer
 
@@ -82,8 +83,12 @@ def _headers(key: OperationKey, unsubscribe: str, now: datetime) -> tuple[tuple[
         ("X-Digest-Operation-Key", str(key)),
         ("List-Unsubscribe", f"<{unsubscribe}>"),
         ("List-Unsubscribe-Post", "List-Unsubscribe=One-Click"),
-        ("Date", format_datetime(now)),
+        ("Date", _date(now.replace(microsecond=0))),
     )
+
+
+#: the Date header of a second: every message composed in the same second shares it
+_date = lru_cache(maxsize=4)(format_datetime)
 
 
 @dataclass(frozen=True)
@@ -226,6 +231,7 @@ class Jinja2Composer(Composer):
         unsubscribe_url.format(customer_id="c", token="t")
         self._unsubscribe_url = unsubscribe_url
         self._secret = unsubscribe_secret
+        self._sign = token_signer(unsubscribe_secret)
         self._clock = clock
         self._shop_name = shop_name
         self._settings_refused = self._probe_settings()
@@ -302,7 +308,7 @@ class Jinja2Composer(Composer):
     def _unsubscribe(self, customer_id: str) -> str:
         return self._unsubscribe_url.format(
             customer_id=quote(customer_id, safe=""),
-            token=unsubscribe_token(self._secret, customer_id),
+            token=self._sign(customer_id),
         )
 
     def _probe_settings(self) -> str | None:
