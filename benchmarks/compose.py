@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 
 from digest_pipeline.adapters.mail.mime import to_bytes
-from digest_pipeline.adapters.mail.render import Jinja2Composer, pick_of
+from digest_pipeline.adapters.mail.render import Jinja2Composer
 from digest_pipeline.domain.model import DigestRow, WorkItem
 from digest_pipeline.domain.periods import OperationKey, Period
 from digest_pipeline.domain.states import DeliveryState
@@ -73,15 +73,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     messages = [composer.compose(*w) for w in work]  # also warms Jinja2 and the email package
     templates = composer.templates
     item, _, first_rows = work[0]
-    context = {
-        "picks": [pick_of(item.key, r) for r in first_rows],
-        "customer_name": "Ada",
-        "shop_name": "Example Shop",
-        "period_label": "week 42, 2026",
-        "unsubscribe_url": "https://shop.example/u",
-        "preheader": "",
-        "pick_blocks": composer.pick_blocks([pick_of(item.key, r) for r in first_rows]),
-    }
+    context = composer.template_context(item, first_rows) | {"preheader": ""}
     rows = [
         (
             "compose (whole)",

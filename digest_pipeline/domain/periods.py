@@ -144,6 +144,11 @@ class OperationKey:
             _remember_text(self, text)
         return text
 
+    def __hash__(self) -> int:
+        # Equal keys have equal texts, and a str keeps its hash: a key is a dict key many times
+        # a delivery, where the dataclass's hash built a tuple of two fields (one a dataclass).
+        return hash(str(self))
+
 
 #: the first week the asset graph partitions (Monday 2025-01-06); earlier weeks are not periods
 #: the pipeline can run

@@ -51,8 +51,7 @@ class SqlContent(SqlBase, ContentStore):
         return written
 
     def digest_rows_of(self, keys: Sequence[OperationKey]) -> dict[OperationKey, list[DigestRow]]:
-        found: dict[OperationKey, list[DigestRow]] = {k: [] for k in keys}
-        by_name = {str(k): k for k in keys}
+        by_name: dict[str, tuple[OperationKey, list[DigestRow]]] = {str(k): (k, []) for k in keys}
         dr = digest_rows
         # Read as text and decoded once per distinct text: the rows of one product carry the
         # same payload, so a wave decodes a few hundred payloads, not four a customer. Rows
@@ -65,13 +64,13 @@ class SqlContent(SqlBase, ContentStore):
                     .where(one_of(dr.c.operation_key, chunk, self._pg))
                     .order_by(dr.c.operation_key, dr.c.position, dr.c.row_id)
                 )
-                for name, position, text in conn.execute(q):
+                for name, position, text in conn.execute(q).all():
                     payload = decoded.get(text)
                     if payload is None:
                         payload = decoded[text] = json.loads(text)
-                    key = by_name[name]
-                    found[key].append(DigestRow(key, position, payload))
-        return found
+                    key, found = by_name[name]
+                    found.append(DigestRow(key, position, payload))
+        return dict(by_name.values())
 
     def keys_with_rows_of(self, keys: Sequence[OperationKey]) -> set[OperationKey]:
         by_name = {str(k): k for k in keys}
