@@ -1,4 +1,6 @@
+import re
 import sys
+from email.policy import SMTP
 
 import pytest
 from hypothesis import given, settings
@@ -118,3 +120,24 @@ def test_the_one_pass_check_refuses_exactly_what_the_header_by_header_check_refu
         assert str(at_once.value) == str(by_header.value)
     else:
         check_message(m)
+
+
+def _boundaries_named(wire: bytes) -> bytes:
+    for boundary in set(re.findall(rb'boundary="([^"]+)"', wire)):
+        wire = wire.replace(boundary, b"BOUNDARY")
+    return wire
+
+
+@pytest.mark.parametrize(
+    "m",
+    [
+        message(),
+        message(subject="Grüße, €12.50, 中文 " * 8, text="Grüße\n" * 40, html="<p>€</p>" * 90),
+        message(sender="Example Shop <digest@example.com>", recipient="o'brien+x@example.test"),
+    ],
+    ids=["ascii", "unicode-and-folding", "display-name"],
+)
+def test_the_cached_header_classes_serialise_the_bytes_pythons_registry_does(m, monkeypatch):
+    cached = to_bytes(m)
+    monkeypatch.setattr(mime, "WIRE", SMTP.clone(max_line_length=mime.MAX_LINE))
+    assert _boundaries_named(cached) == _boundaries_named(to_bytes(m))
