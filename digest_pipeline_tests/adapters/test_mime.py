@@ -103,9 +103,7 @@ _NAME = st.lists(st.sampled_from(["X-Note", "X\tNote", "a", "\t", ":", " ", "é"
 
 
 @settings(max_examples=1000)
-@given(
-    st.lists(st.tuples(_NAME, _TEXT), max_size=3), st.sampled_from(["Subject", *_PIECES])
-)
+@given(st.lists(st.tuples(_NAME, _TEXT), max_size=3), st.sampled_from(["Subject", *_PIECES]))
 def test_the_one_pass_check_refuses_exactly_what_the_header_by_header_check_refuses(
     headers, subject
 ):
