@@ -8,7 +8,10 @@ from dataclasses import replace
 from datetime import timedelta
 
 import pytest
+from sqlalchemy import insert
+from sqlalchemy.exc import IntegrityError
 
+from digest_pipeline.adapters.sql.schema import cleanups
 from digest_pipeline.domain.errors import LostRace, UnknownWorkItem
 from digest_pipeline.domain.failures import FailureClass, SendOutcome
 from digest_pipeline.domain.model import (
@@ -280,3 +283,25 @@ def test_item_leases_are_the_items_keys_states_and_tokens_each_once_in_key_order
         DeliveryState.SENT,
     ]
     assert [x.lease_token for x in leases] == [claims[k].token for k in (a, b, c)]
+
+
+def test_a_cleanup_row_beside_a_sent_item_fails_its_chunk_and_nothing_of_it_commits(sql_ledger):
+    # an item is `cleaned` exactly when its cleanup row exists; a row left by a hand edit must
+    # stop the cleanup loudly, never let it report the item done or move its neighbours
+    a, b = frozen(sql_ledger, 2)
+    sql_ledger.add_digest_rows([DigestRow(a, 0, {"title": "x"}), DigestRow(b, 0, {"title": "y"})])
+    claims = {cl.key: cl for cl in sql_ledger.claim_due(T0, "w1", LEASE, 10)}
+    for k in (a, b):
+        send(sql_ledger, claims[k], SendOutcome.sent("pm"), DeliveryState.SENT)
+    stray = {"period": str(W42), "mode": "archive", "rows": 0, "claimed_at": T0, "completed_at": T0}
+    with sql_ledger.engine.begin() as conn:
+        conn.execute(insert(cleanups).values(operation_key=str(a), **stray))
+
+    with pytest.raises(IntegrityError):
+        sql_ledger.clean_many([(k, claims[k].token) for k in (a, b)], CleanupMode.DELETE, T0)
+
+    assert {i.key: i.state for i in sql_ledger.items(W42)} == {
+        a: DeliveryState.SENT,
+        b: DeliveryState.SENT,
+    }
+    assert (len(rows_of(sql_ledger, a)), len(rows_of(sql_ledger, b))) == (1, 1)

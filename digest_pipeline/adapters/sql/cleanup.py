@@ -58,19 +58,18 @@ class SqlCleaner(SqlBase, Cleaner):
 
         The items are read and locked first, so only those that are `sent` under the caller's
         token get a cleanup row; a key already cleaned keeps its first row and is reported.
+        An item is `cleaned` exactly when its cleanup row exists (both are written here, in one
+        transaction), so its state says so without a look at the cleanup rows, which a growing
+        period's chunks each scanned whole. A cleanup row that exists anyway, beside an item
+        still `sent` (a ledger edited by hand), fails the chunk on the table's unique key
+        before anything of it commits.
         """
         keys = [str(k) for k, _ in items]
         locked = select(wi.c.operation_key, wi.c.state, wi.c.lease_token).where(
             one_of(wi.c.operation_key, keys, self._pg)
         )
         current = {k: (state, token) for k, state, token in conn.execute(locked.with_for_update())}
-        cleaned = set(
-            conn.execute(
-                select(cleanups.c.operation_key).where(
-                    one_of(cleanups.c.operation_key, keys, self._pg)
-                )
-            ).scalars()
-        )
+        cleaned = {k for k, (state, _) in current.items() if state == DeliveryState.CLEANED.value}
         movable = [
             k
             for k, token in ((str(k), t) for k, t in items)
