@@ -1,11 +1,11 @@
 """Cleanup: the unique cleanup row, the rows archived or deleted and `sent → cleaned`, atomically."""
 
+from collections import Counter
 from collections.abc import Sequence
 from datetime import datetime
 
 from sqlalchemy import (
     Connection,
-    func,
     insert,
     literal,
     select,
@@ -75,25 +75,19 @@ class SqlCleaner(SqlBase, Cleaner):
             for k, token in ((str(k), t) for k, t in items)
             if k not in cleaned and current.get(k) == (DeliveryState.SENT.value, token)
         ]
-        rows: dict[str, int] = {}
+        rows: Counter[str] = Counter()
         if movable:
-            dr = digest_rows
-            rows = dict(
-                conn.execute(
-                    select(dr.c.operation_key, func.count())
-                    .where(one_of(dr.c.operation_key, movable, self._pg))
-                    .group_by(dr.c.operation_key)
-                ).all()
-            )
+            # the rows go first: each cleanup row records how many its key had
+            rows = self._remove_rows(conn, movable, mode, now)
             insert_rows(
                 conn,
                 cleanups,
                 [
                     {
                         "operation_key": k,
-                        "period": str(OperationKey.parse(k).period),
+                        "period": k.split(":")[1],  # digest:<period>:<customer id>
                         "mode": mode.value,
-                        "rows": rows.get(k, 0),
+                        "rows": rows[k],
                         "claimed_at": now,
                         "completed_at": now,
                     }
@@ -109,14 +103,13 @@ class SqlCleaner(SqlBase, Cleaner):
             if update_many(conn, wi, _GUARD, _CLEANED, guarded) != len(guarded):
                 # the rows are locked and their guards were just read: a bug, not a race
                 raise RuntimeError(f"cleanup's guarded update missed some of {len(guarded)} rows")
-            self._remove_rows(conn, movable, mode, now)
         receipts: list[CleanupReceipt | DigestError] = []
         for key, token in items:
             k = str(key)
             if k in cleaned:
                 receipts.append(CleanupReceipt(key, "already_cleaned", 0))
             elif k in current and current[k] == (DeliveryState.SENT.value, token):
-                receipts.append(CleanupReceipt(key, "cleaned", rows.get(k, 0)))
+                receipts.append(CleanupReceipt(key, "cleaned", rows[k]))
             elif k in current:
                 state, held = current[k]
                 receipts.append(
@@ -131,14 +124,25 @@ class SqlCleaner(SqlBase, Cleaner):
 
     def _remove_rows(
         self, conn: Connection, keys: Sequence[str], mode: CleanupMode, now: datetime
-    ) -> None:
+    ) -> Counter[str]:
+        """Archives (or only deletes) the keys' digest rows; how many rows each key had."""
         dr = digest_rows
-        if mode is CleanupMode.ARCHIVE:
-            names = ["row_id", "operation_key", "period", "customer_id", "position", "payload"]
-            # bind `now` through the archive column's own type so it is stored as UTC
-            source = select(
-                *[dr.c[n] for n in names],
-                literal(now, digest_rows_archive.c.archived_at.type),
-            ).where(one_of(dr.c.operation_key, keys, self._pg))
-            conn.execute(insert(digest_rows_archive).from_select([*names, "archived_at"], source))
-        conn.execute(dr.delete().where(one_of(dr.c.operation_key, keys, self._pg)))
+        chosen = one_of(dr.c.operation_key, keys, self._pg)
+        gone = dr.delete().where(chosen).returning(dr.c.operation_key)
+        if mode is CleanupMode.DELETE:
+            return Counter(conn.execute(gone).scalars())
+        names = ["row_id", "operation_key", "period", "customer_id", "position", "payload"]
+        # bind `now` through the archive column's own type so it is stored as UTC
+        stamp = literal(now, digest_rows_archive.c.archived_at.type)
+        archive = insert(digest_rows_archive)
+        if self._pg:
+            # one pass over the rows: the DELETE hands each row it removes to the archive
+            moved = dr.delete().where(chosen).returning(*[dr.c[n] for n in names]).cte("moved")
+            source = select(*[moved.c[n] for n in names], stamp)
+            stmt = archive.from_select([*names, "archived_at"], source)
+            return Counter(
+                conn.execute(stmt.returning(digest_rows_archive.c.operation_key)).scalars()
+            )
+        source = select(*[dr.c[n] for n in names], stamp).where(chosen)
+        conn.execute(archive.from_select([*names, "archived_at"], source))
+        return Counter(conn.execute(gone).scalars())
