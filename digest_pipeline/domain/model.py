@@ -87,7 +87,12 @@ class SnapshotReceipt:
 
 def fingerprint_entry(entry: SnapshotEntry) -> int:
     """One entry's share of a snapshot fingerprint."""
-    h = hashlib.sha256(f"{entry.customer_id}\x1f{entry.recipient}".encode())
+    return fingerprint_share(entry.customer_id, entry.recipient)
+
+
+def fingerprint_share(customer_id: str, recipient: str) -> int:
+    """`fingerprint_entry` of a customer id and recipient read as they are (no entry built)."""
+    h = hashlib.sha256(f"{customer_id}\x1f{recipient}".encode())
     return int.from_bytes(h.digest(), "big")
 
 

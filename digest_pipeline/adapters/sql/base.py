@@ -47,7 +47,7 @@ CHUNK = 5_000
 #: what `SqlBase._pages` makes of each row
 T = TypeVar("T")
 #: an enqueue that creates this many items refreshes the table's planner statistics, and a
-#: table changed by this many rows more than it held when last analysed is analysed again
+#: table this many rows past twice its last analysis is analysed again
 ANALYZE_AFTER = 1_000
 #: keys per `IN (…)` list: far below every driver's bound-parameter limit
 KEYS = 500
@@ -274,24 +274,22 @@ class SqlBase:
             after = rows[-1][name]
 
     def _refresh_statistics(self, tables: Sequence[Table], written: int = 0) -> None:
-        """ANALYZEs each table the planner's statistics no longer describe (PostgreSQL only).
+        """ANALYZEs each table that outgrew what the planner believes it holds (PostgreSQL only).
 
-        A table is stale once the rows changed since its last analysis (autovacuum's own
-        counter, plus `written`: rows this process wrote that the counter may not show yet)
-        exceed the rows it holds by `ANALYZE_AFTER`: a table that more than doubled, or whose
-        rows all moved on. A ledger's phases rewrite whole tables faster than autovacuum looks
-        (content writes a week's digest rows, delivery moves every item from `pending` to
-        `sent`), and the next phase's reads by key then got a plan for the table as it was:
-        a parallel scan of every digest row for each wave, or the state index for every
-        cleanup chunk. Runs in its own short transaction, never inside one that holds row locks,
-        so two workers' ANALYZEs can only wait for each other, never deadlock.
+        A table is stale once its rows (autovacuum's live count, plus `written`: rows this
+        process has just written, which that count may not show yet) exceed twice the rows of
+        its last analysis by `ANALYZE_AFTER`. A ledger's phases fill tables faster than
+        autovacuum looks: content writes a week's digest rows and delivery its attempts, and
+        the next reads by key were then planned for the table as it was, empty (a parallel scan
+        of every digest row for each wave). Runs in its own short transaction, never inside one
+        that holds row locks, so two workers' ANALYZEs can only wait for each other.
         """
         if not self._pg:
             return
         stale = text(
             "SELECT c.relname FROM pg_class c JOIN pg_stat_user_tables s ON s.relid = c.oid"
             " WHERE c.oid = ANY(CAST(:names AS regclass[]))"
-            " AND s.n_mod_since_analyze + :written > :floor + GREATEST(c.reltuples, 0)"
+            " AND s.n_live_tup + :written > :floor + 2 * GREATEST(c.reltuples, 0)"
         )
         names = [t.name for t in tables]
         with self._engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:

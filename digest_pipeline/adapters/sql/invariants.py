@@ -21,10 +21,9 @@ from digest_pipeline.adapters.sql.schema import (
 from digest_pipeline.domain.model import (
     INVARIANTS,
     InvariantResult,
-    fingerprint_entry,
+    fingerprint_share,
     format_fingerprint,
 )
-from digest_pipeline.domain.model import SnapshotEntry as Entry
 from digest_pipeline.domain.periods import Period
 from digest_pipeline.domain.possible_sends import (
     NOT_DELIVERED_REASONS,
@@ -186,8 +185,9 @@ def _snapshot_unchanged(conn: Connection, period: Period) -> InvariantResult:
     rows = conn.execution_options(yield_per=10_000).execute(
         select(es.c.customer_id, es.c.recipient).where(es.c.period == p)
     )
-    for r in rows:
-        total += fingerprint_entry(Entry(r.customer_id, r.recipient))
+    # every batch step checks it (0.3 s a call at 100,000 customers): no entry object per row
+    for customer_id, recipient in rows:
+        total += fingerprint_share(customer_id, recipient)
         count += 1
     same = format_fingerprint(total) == header["fingerprint"] and count == header["eligible_count"]
     return InvariantResult("snapshot_unchanged", same, 0 if same else 1, () if same else (p,))

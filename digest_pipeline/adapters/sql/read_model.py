@@ -15,6 +15,7 @@ from digest_pipeline.adapters.sql.invariants import evaluate_invariants
 from digest_pipeline.adapters.sql.schema import (
     attempts,
     audit_log,
+    cleanups,
     dead_letters,
     provider_events,
     suppressions,
@@ -174,8 +175,9 @@ class SqlReadModel(SqlBase, ReadModel, AuditTrail):
     def check_invariants(
         self, period: Period, now: datetime, names: Collection[str] | None = None
     ) -> list[InvariantResult]:
-        # right after a delivery run the planner still thinks `attempts` is empty, and joined
-        # every attempt to its item by index and sorted them on disk to find double sends
-        self._refresh_statistics([attempts])
+        # right after a delivery or cleanup run the planner still thinks `attempts` and
+        # `cleanups` are empty: it joined every attempt to its item by index and sorted them on
+        # disk to find double sends, and scanned the cleanups once for each of them
+        self._refresh_statistics([attempts, cleanups])
         with self._engine.connect() as conn:
             return evaluate_invariants(conn, period, now, names)
