@@ -3,8 +3,9 @@
 The outcome's failure class decides the next state through `domain.retry.decide`, and the result
 is written with a compare-and-set on the fencing token. Work goes in waves of at most
 `concurrency` items: one transaction records the wave's attempts as started, the sends run in
-parallel, one transaction records their outcomes; so at most `concurrency` sends are ever open
-per worker, and the ledger sees a few statements per wave instead of several per item. A worker
+parallel (a remote mailer's on a pool; a local one's in turn on this thread), one transaction
+records their outcomes; so at most `concurrency` sends are ever open per worker, and the ledger
+sees a few statements per wave instead of several per item. A worker
 returns only after every claim it took has a recorded terminal state, retry schedule or
 `unknown`.
 
