@@ -1,11 +1,11 @@
-"""`make bench`: the four benchmarks of issue 7, the UI launch of issue 11 and the Celery
-scale-out, in order, each printing its table and writing JSON.
+"""`make bench`: the benchmarks of issue 7, the SQL floor and the phases of issue 15, the UI
+launch of issue 11 and the Celery scale-out, in order, each printing its table and writing JSON.
 
 Run under `scripts/pg-test-cluster.sh` (and `scripts/redis-test-server.sh` for Celery) for the
 PostgreSQL variants; without `DIGEST_TEST_DATABASE_URL` (or `DIGEST_TEST_REDIS_URL`) they are
 reported as skipped. `--sizes` sets the end-to-end customer counts, or, with `--only`, the one
-size the chosen benchmark takes (floor/side/scale/ui/celery: customers, latency: the minimum
-items per level).
+size the chosen benchmark takes (floor/phases/side/scale/ui/celery: customers, latency: the
+minimum items per level).
 """
 
 import argparse
@@ -21,12 +21,13 @@ from benchmarks import (
     e2e,
     floor,
     latency,
+    phases,
     scale_out,
     side_by_side,
     ui_launch,
 )
 
-ORDER = ("e2e", "floor", "side", "latency", "scale", "ui", "celery")
+ORDER = ("e2e", "floor", "phases", "side", "latency", "scale", "ui", "celery")
 
 
 def _plans(a: argparse.Namespace) -> dict[str, Callable[[], Any]]:
@@ -45,6 +46,11 @@ def _plans(a: argparse.Namespace) -> dict[str, Callable[[], Any]]:
         "floor": lambda: floor.run(
             floor.Options(
                 customers=first if only and first else floor.CUSTOMERS, json_dir=a.json_dir
+            )
+        ),
+        "phases": lambda: phases.run(
+            phases.Options(
+                customers=first if only and first else phases.CUSTOMERS, json_dir=a.json_dir
             )
         ),
         "side": lambda: side_by_side.run(

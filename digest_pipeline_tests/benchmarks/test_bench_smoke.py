@@ -13,6 +13,7 @@ from benchmarks import (
     e2e,
     floor,
     latency,
+    phases,
     scale_out,
     side_by_side,
     ui_launch,
@@ -205,3 +206,25 @@ def test_the_sql_floor_takes_every_item_of_a_week_to_cleaned(tmp_path):
     [row] = load(tmp_path, "floor")["rows"]
     # every item claimed, attempted, recorded sent and cleaned, chunk after chunk
     assert row["cleaned"] == row["customers"] == 500
+
+
+@pytest.mark.parametrize(
+    "backend", ["sqlite", pytest.param("postgres", marks=pytest.mark.integration)]
+)
+def test_the_phases_account_for_every_item_and_name_the_statements_waited_on(backend, tmp_path):
+    if backend == "postgres":
+        require_postgres_url()
+    phases.run(phases.Options(customers=300, backends=[backend], json_dir=tmp_path))
+    data = load(tmp_path, "phases")
+    rows = data["rows"]
+    assert [r["phase"] for r in rows] == [
+        "snapshot",
+        "content",
+        "work items",
+        "deliveries",
+        "cleanup",
+    ]
+    assert all(r["accounted"] == "ok" and r["cpu_s"] > 0 for r in rows), rows
+    # every phase that reads or moves items waited on the ledger, and says on which statements
+    waited = {s["phase"] for s in data["statements"] if s["calls"] > 0}
+    assert waited >= {"snapshot", "content", "work items", "deliveries", "cleanup"}
