@@ -4,7 +4,7 @@ Each phase (snapshot, content, work items, deliveries, cleanup) is timed on its 
 database, with no Dagster around it: the wall clock, the process's CPU time (so `cpu / wall` says
 how much of the phase the worker's own Python was, and the rest waiting on the database), and
 the ledger's statements by the time the worker waited for each (SQLAlchemy's cursor events, the
-server's execution and the round trip; COPY and ANALYZE go past them). Where the end-to-end
+server's execution and the round trip; a COPY goes past them). Where the end-to-end
 benchmark says how long a week takes, this says where a phase's time goes.
 """
 
@@ -179,7 +179,7 @@ def run(opts: Options) -> dict[str, Any]:
         PHASE_COLUMNS,
     )
     common.print_table(
-        f"The statements each phase waited on longest (top {TOP}; COPY and ANALYZE not shown)",
+        f"The statements each phase waited on longest (top {TOP}; a COPY is not counted)",
         statements,
         STATEMENT_COLUMNS,
     )
