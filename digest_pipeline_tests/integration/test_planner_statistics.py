@@ -14,10 +14,12 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine, text
 
+from digest_pipeline.adapters.sql import base
 from digest_pipeline.adapters.sql.ledger import SqlLedger
+from digest_pipeline.domain.model import INVARIANTS
 from digest_pipeline.rigs.seeding import W42
 from digest_pipeline_tests.builders import ROWS_PER_CUSTOMER, seed_period
-from digest_pipeline_tests.conftest import truncate_pg
+from digest_pipeline_tests.conftest import T0, truncate_pg
 
 pytestmark = pytest.mark.integration
 
@@ -42,6 +44,12 @@ def _scans(engine: Engine, sql: str, **params: Any) -> set[tuple[str, str]]:
         for n in _plan_nodes(engine, sql, **params)
         if "Scan" in n["Node Type"]
     }
+
+
+def _planned(engine: Engine, table: str) -> float:
+    with engine.connect() as conn:
+        q = text("SELECT reltuples FROM pg_class WHERE relname = :t")
+        return float(conn.execute(q, {"t": table}).scalar_one())
 
 
 @pytest.fixture
@@ -81,3 +89,31 @@ def test_a_wave_reads_its_digest_rows_by_key(seeded: SqlLedger) -> None:
         keys=keys,
     )
     assert ("Seq Scan", "digest_rows") not in scans, scans
+
+
+def test_a_table_another_session_holds_is_left_unanalysed_and_the_check_still_answers(
+    seeded: SqlLedger, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(base, "ANALYZE_LOCK_TIMEOUT_MS", 200)
+    engine = seeded.engine
+    with engine.begin() as conn:  # attempts far past what the planner last counted
+        conn.execute(text("ANALYZE attempts"))
+        conn.execute(
+            text(
+                "INSERT INTO attempts (operation_key, number, lease_token, worker, started_at,"
+                " duplicate) SELECT operation_key, 1, 0, 'w', now(), false FROM work_items"
+            )
+        )
+        # the live-row count the refresh reads, now rather than at the collector's next flush
+        conn.execute(text("SELECT pg_stat_force_next_flush()"))
+    stale_then = _planned(engine, "attempts")
+    with engine.connect() as vacuum:  # as an operator's VACUUM holds it
+        held = vacuum.begin()
+        vacuum.execute(text("LOCK TABLE attempts IN SHARE UPDATE EXCLUSIVE MODE"))
+        try:
+            results = seeded.check_invariants(W42, T0)
+        finally:
+            held.rollback()
+    assert [r.name for r in results] == list(INVARIANTS)  # answered, not failed or hung
+    assert "statistics of attempts not refreshed" in caplog.text
+    assert _planned(engine, "attempts") == stale_then

@@ -1,6 +1,7 @@
 """What every role of the SQL ledger shares: the engine, the dialect and the insert it needs."""
 
 import json
+import logging
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import Any, TypeVar
@@ -25,6 +26,7 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.types import TypeEngine
 
 from digest_pipeline.adapters.sql.engine import driver_error
@@ -43,12 +45,15 @@ from digest_pipeline.domain.model import (
 from digest_pipeline.domain.periods import OperationKey, Period
 from digest_pipeline.domain.states import DeliveryState
 
+logger = logging.getLogger(__name__)
 CHUNK = 5_000
 #: what `SqlBase._pages` makes of each row
 T = TypeVar("T")
 #: an enqueue that creates this many items refreshes the table's planner statistics, and a
 #: table this many rows past twice its last analysis is analysed again
 ANALYZE_AFTER = 1_000
+#: how long a statistics refresh waits for a table another VACUUM or ANALYZE holds
+ANALYZE_LOCK_TIMEOUT_MS = 2_000
 #: keys per `IN (…)` list: far below every driver's bound-parameter limit
 KEYS = 500
 wi = work_items
@@ -294,8 +299,22 @@ class SqlBase:
         names = [t.name for t in tables]
         with self._engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
             params = {"names": names, "written": written, "floor": ANALYZE_AFTER}
-            for name in conn.execute(stale, params).scalars():
-                conn.exec_driver_sql(f"ANALYZE {conn.dialect.identifier_preparer.quote(name)}")
+            todo = list(conn.execute(stale, params).scalars())
+            if not todo:
+                return
+            # An optimisation only, so it never holds the caller up for long nor fails it: a
+            # VACUUM that holds the table (an operator's; autovacuum gives way) or a standby
+            # leaves the plans as they are, with a warning.
+            conn.exec_driver_sql(f"SET lock_timeout = '{ANALYZE_LOCK_TIMEOUT_MS}ms'")
+            try:
+                for name in todo:
+                    quoted = conn.dialect.identifier_preparer.quote(name)
+                    try:
+                        conn.exec_driver_sql(f"ANALYZE {quoted}")
+                    except DBAPIError as e:
+                        logger.warning("statistics of %s not refreshed: %s", name, e)
+            finally:
+                conn.exec_driver_sql("RESET lock_timeout")
 
     def _insert(self, table: Any) -> postgresql.Insert | sqlite.Insert:
         return postgresql.insert(table) if self._pg else sqlite.insert(table)
