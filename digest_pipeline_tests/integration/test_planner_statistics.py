@@ -8,6 +8,8 @@ over every sent item of the ledger, each chunk.
 """
 
 import json
+import logging
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -91,26 +93,40 @@ def test_a_wave_reads_its_digest_rows_by_key(seeded: SqlLedger) -> None:
     assert ("Seq Scan", "digest_rows") not in scans, scans
 
 
+def _live_rows(engine: Engine, table: str) -> int:
+    with engine.connect() as conn:
+        q = text("SELECT n_live_tup FROM pg_stat_user_tables WHERE relname = :t")
+        return int(conn.execute(q, {"t": table}).scalar_one())
+
+
 def test_a_table_another_session_holds_is_left_unanalysed_and_the_check_still_answers(
     seeded: SqlLedger, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(base, "ANALYZE_LOCK_TIMEOUT_MS", 200)
+    caplog.set_level(logging.WARNING, logger=base.logger.name)
     engine = seeded.engine
-    with engine.begin() as conn:  # attempts far past what the planner last counted
-        conn.execute(text("ANALYZE attempts"))
-        conn.execute(
-            text(
-                "INSERT INTO attempts (operation_key, number, lease_token, worker, started_at,"
-                " duplicate) SELECT operation_key, 1, 0, 'w', now(), false FROM work_items"
-            )
-        )
-        # the live-row count the refresh reads, now rather than at the collector's next flush
-        conn.execute(text("SELECT pg_stat_force_next_flush()"))
+    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        conn.execute(text("ANALYZE attempts"))  # empty: the planner counts no attempt
     stale_then = _planned(engine, "attempts")
-    with engine.connect() as vacuum:  # as an operator's VACUUM holds it
+    with engine.connect() as vacuum:
+        # held as an operator's VACUUM holds it, before the rows arrive, so autovacuum cannot
+        # analyse them either
         held = vacuum.begin()
         vacuum.execute(text("LOCK TABLE attempts IN SHARE UPDATE EXCLUSIVE MODE"))
         try:
+            with engine.begin() as conn:
+                conn.execute(
+                    text(
+                        "INSERT INTO attempts (operation_key, number, lease_token, worker,"
+                        " started_at, duplicate)"
+                        " SELECT operation_key, 1, 0, 'w', now(), false FROM work_items"
+                    )
+                )
+                conn.execute(text("SELECT pg_stat_force_next_flush()"))
+            # the collector's count is what the refresh reads: wait until it shows the rows
+            deadline = time.monotonic() + 30
+            while _live_rows(engine, "attempts") < CUSTOMERS and time.monotonic() < deadline:
+                time.sleep(0.05)
             results = seeded.check_invariants(W42, T0)
         finally:
             held.rollback()
