@@ -64,7 +64,8 @@ class SqlCleaner(SqlBase, Cleaner):
         still `sent` (a ledger edited by hand), fails the chunk on the table's unique key
         before anything of it commits.
         """
-        keys = [str(k) for k, _ in items]
+        by_text = {str(k): k for k, _ in items}
+        keys = list(by_text)
         locked = select(wi.c.operation_key, wi.c.state, wi.c.lease_token).where(
             one_of(wi.c.operation_key, keys, self._pg)
         )
@@ -85,7 +86,7 @@ class SqlCleaner(SqlBase, Cleaner):
                 [
                     {
                         "operation_key": k,
-                        "period": k.split(":")[1],  # digest:<period>:<customer id>
+                        "period": str(by_text[k].period),
                         "mode": mode.value,
                         "rows": rows[k],
                         "claimed_at": now,
