@@ -10,6 +10,7 @@ next.
 import json
 import math
 import os
+import random
 import resource
 import subprocess
 import sys
@@ -33,8 +34,13 @@ from sqlalchemy.engine import make_url
 
 from digest_pipeline.adapters.demo_data import seed_demo
 from digest_pipeline.domain.periods import Period
+from digest_pipeline.domain.policy import DeliveryPolicy
 from digest_pipeline.instance import prepare_home
+from digest_pipeline.ports import Clock, Ledger, Mailer
 from digest_pipeline.rigs.bootstrap import open_rig_ledger
+from digest_pipeline.services.deliver import Deliverer
+from digest_pipeline.settings import load_settings
+from digest_pipeline.wiring import build_composer
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_JSON_DIR = ROOT / ".digest" / "bench"
@@ -144,6 +150,14 @@ def seed(url: str, customers: int, now: datetime) -> Seeded:
         r = seed_demo(ledger.engine, customers=customers, seed=SEED, now=now)
     # the demo's inactive / not-opted-in / invalid groups do not overlap (demo_data.P_*)
     return Seeded(customers, customers - r.inactive - r.not_opted_in, r.invalid_addresses)
+
+
+def bench_deliverer(
+    ledger: Ledger, mailer: Mailer, clock: Clock, policy: DeliveryPolicy
+) -> Deliverer:
+    """The delivery worker the service-level benchmarks time: the project's composer, seeded jitter."""
+    composer = build_composer(load_settings({}, ROOT), clock)
+    return Deliverer(ledger, mailer, composer, clock, policy, random.Random(7).random, "bench")
 
 
 # -- measuring inside one process ----------------------------------------------------------

@@ -7,7 +7,6 @@ through the real job's `digest_deliveries`), each level on a fresh database.
 
 import argparse
 import math
-import random
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -23,11 +22,9 @@ from digest_pipeline.adapters.sql.ledger import SqlLedger
 from digest_pipeline.defs.resources import DeliveryResource
 from digest_pipeline.domain.periods import Period
 from digest_pipeline.services.content import generate_content
-from digest_pipeline.services.deliver import Deliverer, deliver_due
+from digest_pipeline.services.deliver import deliver_due
 from digest_pipeline.services.enqueue import enqueue_period
 from digest_pipeline.services.snapshot import take_snapshot
-from digest_pipeline.settings import load_settings
-from digest_pipeline.wiring import build_composer
 
 MODULE = "benchmarks.latency"
 CONCURRENCY = (16, 64, 256)
@@ -86,11 +83,8 @@ def _deliver(url: str, period: Period, concurrency: int, latency_ms: float) -> d
         enqueue_period(ledger, clock, period)
         # the same settings, and the same claim size, as the job's delivery steps use
         delivery = DeliveryResource().settings()
-        composer = build_composer(load_settings({}, common.ROOT), clock)
         mailer = BenchMailer(latency_ms)
-        deliverer = Deliverer(
-            ledger, mailer, composer, clock, delivery.policy, random.Random(7).random, "bench"
-        )
+        deliverer = common.bench_deliverer(ledger, mailer, clock, delivery.policy)
         with common.Timer() as t:
             report = deliver_due(
                 deliverer,

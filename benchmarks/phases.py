@@ -9,7 +9,6 @@ benchmark says how long a week takes, this says where a phase's time goes.
 """
 
 import argparse
-import random
 import sys
 import time
 from collections import defaultdict
@@ -30,11 +29,9 @@ from digest_pipeline.adapters.sql.ledger import SqlLedger
 from digest_pipeline.defs.resources import DeliveryResource
 from digest_pipeline.services.cleanup import clean_period
 from digest_pipeline.services.content import generate_content
-from digest_pipeline.services.deliver import Deliverer, deliver_due
+from digest_pipeline.services.deliver import deliver_due
 from digest_pipeline.services.enqueue import enqueue_period
 from digest_pipeline.services.snapshot import take_snapshot
-from digest_pipeline.settings import load_settings
-from digest_pipeline.wiring import build_composer
 
 MODULE = "benchmarks.phases"
 CUSTOMERS = 40_000
@@ -118,15 +115,8 @@ def _week(backend: str, opts: Options) -> tuple[list[dict[str, Any]], list[dict[
             ledger, clock = SqlLedger(engine), SystemClock()
             source = SqlCustomerSource(engine)
             delivery = DeliveryResource().settings()
-            composer = build_composer(load_settings({}, common.ROOT), clock)
-            deliverer = Deliverer(
-                ledger,
-                BenchMailer(opts.latency_ms),
-                composer,
-                clock,
-                delivery.policy,
-                random.Random(7).random,
-                "bench",
+            deliverer = common.bench_deliverer(
+                ledger, BenchMailer(opts.latency_ms), clock, delivery.policy
             )
             steps: list[tuple[str, Callable[[], Any]]] = [
                 ("snapshot", lambda: take_snapshot(source, ledger, clock, period, "bench")),
