@@ -24,7 +24,7 @@ from digest_pipeline.adapters.sql.schema import metadata
 from digest_pipeline.ports import Ledger
 from digest_pipeline.rigs.seeding import T0 as T0
 from digest_pipeline.rigs.seeding import W42 as W42
-from digest_pipeline_tests.fakes import FakeLedger, FixedClock
+from digest_pipeline_tests.fakes import FakeLedger, FakeMailer, FixedClock
 
 BACKENDS = ["fake", "sqlite", pytest.param("postgres", marks=pytest.mark.integration)]
 SQL_BACKENDS = ["sqlite", pytest.param("postgres", marks=pytest.mark.integration)]
@@ -117,6 +117,18 @@ def hermetic_env() -> Iterator[None]:
     with pytest.MonkeyPatch.context() as monkeypatch:
         drop_digest_env(monkeypatch)
         yield
+
+
+@pytest.fixture(params=["remote", "local"])
+def both_mailer_kinds(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Runs a test with FakeMailers that stand for a provider, then for a local call.
+
+    The two take different delivery loops (a remote mailer's sends on a pool, a local one's
+    ledger calls on a ledger thread while the next wave is composed), so a module that asks
+    for this holds both to its invariants. A mailer built with `remote=` keeps its own.
+    """
+    monkeypatch.setattr(FakeMailer, "remote_default", request.param == "remote")
+    return str(request.param)
 
 
 @pytest.fixture

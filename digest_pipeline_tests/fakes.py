@@ -176,6 +176,9 @@ class FakeMailer(Mailer):
 
     ACCEPTED_THEN_TIMEOUT: ClassVar[ScriptedFault] = ScriptedFault.ACCEPTED_THEN_TIMEOUT
     CRASH_AFTER_ACCEPT: ClassVar[ScriptedFault] = ScriptedFault.CRASH_AFTER_ACCEPT
+    #: `remote` when a test does not say: a provider's round trip (sends on a pool), or, set by
+    #: the `both_mailer_kinds` fixture, a local call (ledger calls overlapped with composing)
+    remote_default: ClassVar[bool] = True
 
     def __init__(
         self,
@@ -184,7 +187,7 @@ class FakeMailer(Mailer):
         idempotency_window: timedelta | None = timedelta(hours=24),
         can_lookup: bool = True,
         clock: Clock | None = None,
-        remote: bool = True,
+        remote: bool | None = None,
     ) -> None:
         if idempotency_window is not None and idempotency_window <= timedelta(0):
             raise ValueError("idempotency_window must be positive")
@@ -192,7 +195,7 @@ class FakeMailer(Mailer):
         self._window = idempotency_window
         self._can_lookup = can_lookup
         self._clock = clock
-        self._remote = remote
+        self._remote = FakeMailer.remote_default if remote is None else remote
         self._lock = threading.Lock()
         self._scripts: dict[str, list[Scripted]] = {}
         self._deliveries: list[Delivery] = []

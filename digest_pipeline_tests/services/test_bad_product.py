@@ -33,6 +33,9 @@ from digest_pipeline_tests.builders import (
 from digest_pipeline_tests.conftest import W42
 from digest_pipeline_tests.fakes import FakeCustomerSource, FakeLedger, FakeMailer, FixedClock
 
+# every test here on both delivery loops: a provider's pool and a local mailer's ledger thread
+pytestmark = pytest.mark.usefixtures("both_mailer_kinds")
+
 CUSTOMERS = 4
 BAD_ID = "product-002"
 #: a quote closes the src attribute: the classic way a scraped image link breaks out of it

@@ -27,6 +27,9 @@ from digest_pipeline_tests.builders import (
 from digest_pipeline_tests.conftest import W42
 from digest_pipeline_tests.fakes import FakeLedger, FakeMailer, SystemicFailureMailer
 
+# every test here on both delivery loops: a provider's pool and a local mailer's ledger thread
+pytestmark = pytest.mark.usefixtures("both_mailer_kinds")
+
 THRESHOLD = 20
 CUSTOMERS = 100
 BAD_KEY = SendOutcome.failed(FailureClass.PERMANENT, "http:401:invalid_api_key")

@@ -39,6 +39,9 @@ from digest_pipeline_tests.builders import (
 from digest_pipeline_tests.conftest import T0, W42
 from digest_pipeline_tests.fakes import FakeComposer, FakeLedger, FakeMailer, FixedClock
 
+# every test here on both delivery loops: a provider's pool and a local mailer's ledger thread
+pytestmark = pytest.mark.usefixtures("both_mailer_kinds")
+
 TRANSIENT = SendOutcome.failed(FailureClass.TRANSIENT, "smtp:421")
 PERMANENT = SendOutcome.failed(FailureClass.PERMANENT, "smtp:550")
 

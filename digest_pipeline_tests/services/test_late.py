@@ -21,6 +21,9 @@ from digest_pipeline_tests.builders import (
 from digest_pipeline_tests.conftest import W42
 from digest_pipeline_tests.fakes import FakeMailer, FixedClock
 
+# every test here on both delivery loops: a provider's pool and a local mailer's ledger thread
+pytestmark = pytest.mark.usefixtures("both_mailer_kinds")
+
 POLICY = DeliveryPolicy()
 CLOSED = POLICY.closes_at(W42) + timedelta(hours=1)
 

@@ -30,6 +30,9 @@ from digest_pipeline_tests.builders import (
 from digest_pipeline_tests.conftest import W42
 from digest_pipeline_tests.fakes import FakeLedger, FakeMailer
 
+# every test here on both delivery loops: a provider's pool and a local mailer's ledger thread
+pytestmark = pytest.mark.usefixtures("both_mailer_kinds")
+
 W43 = Period(2026, 43)
 TAMPERED = "tampered@example.com"
 POLICY = DeliveryPolicy()

@@ -8,6 +8,8 @@ handed to the mailer for a customer on the list at claim time.
 
 from datetime import timedelta
 
+import pytest
+
 from digest_pipeline.domain.feedback import Suppression, SuppressionReason
 from digest_pipeline.domain.periods import Period
 from digest_pipeline.domain.states import DeliveryState
@@ -24,6 +26,9 @@ from digest_pipeline_tests.builders import (
 from digest_pipeline_tests.conftest import W42
 from digest_pipeline_tests.fakes import FakeCustomerSource, FakeLedger, FakeMailer, FixedClock
 
+# every test here on both delivery loops: a provider's pool and a local mailer's ledger thread
+pytestmark = pytest.mark.usefixtures("both_mailer_kinds")
+
 W43 = Period(2026, 43)
 
 
@@ -33,6 +38,7 @@ def _suppress(
     clock: FixedClock,
     reason: SuppressionReason = SuppressionReason.UNSUBSCRIBED,
 ) -> None:
+
     assert ledger.suppress(Suppression(customer_id(n), reason, "one_click", clock.now()))
 
 

@@ -17,7 +17,7 @@ def test_every_setting_has_a_working_embedded_default():
     assert s.policy.retry.max_attempts >= 1
 
 
-@pytest.mark.parametrize(("mailer", "concurrency"), [("outbox", 64), ("smtp", 16), ("http", 16)])
+@pytest.mark.parametrize(("mailer", "concurrency"), [("outbox", 256), ("smtp", 16), ("http", 16)])
 def test_concurrency_defaults_to_what_the_mailer_allows(mailer, concurrency):
     # a relay or provider takes about 16 connections; the outbox's sends are local file links
     env = {
