@@ -432,6 +432,11 @@ class Ledger(
     it needs fewer. Implementations must be safe to call from many threads.
     """
 
+    #: Whether the ledger's work runs outside this process (a database server), so a caller
+    #: gains by overlapping its own Python with a call on another thread. SQLite's work is
+    #: this process's own CPU: overlapping it only adds lock waits (measured, README).
+    out_of_process: bool = False
+
     def iter_needing_content(self, period: Period, page: int = 5_000) -> Iterator[str]:
         """The frozen customer ids, in order, that content generation must write rows for.
 

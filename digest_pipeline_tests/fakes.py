@@ -444,6 +444,9 @@ class FakeLedger(Ledger):
         #: a fake shop is the demo's (the public demo secret may sign its links) unless a test
         #: says it is a real one
         self.demo_data = True
+        #: as a database server's ledger: its calls are safe from any thread (the lock above),
+        #: so the services' overlapped paths (a ledger thread, cleanup pages in flight) run here
+        self.out_of_process = True
 
     # -- eligibility -----------------------------------------------------------------------
     def freeze_snapshot(

@@ -1,9 +1,12 @@
 """The cleanup gate: only `sent` items lose their generated rows, exactly once per key."""
 
+import threading
+import time
 from datetime import timedelta
 
 import pytest
 
+from digest_pipeline.domain.errors import UnknownWorkItem
 from digest_pipeline.domain.failures import FailureClass, SendOutcome
 from digest_pipeline.domain.model import CleanupMode
 from digest_pipeline.domain.policy import DeliveryPolicy
@@ -163,3 +166,69 @@ def test_cleanup_of_an_untouched_period_does_nothing(clock):
 
     assert (report.cleaned, report.held_back) == (0, {"not_sent:pending": 3})
     assert ledger.cleanups == []
+
+
+class PagesInFlight(FakeLedger):
+    """Counts the cleanup transactions running at once; the page starting at `fail_at` fails."""
+
+    def __init__(self, fail_at: str | None = None) -> None:
+        super().__init__()
+        self.fail_at = fail_at
+        self.count_lock = threading.Lock()
+        self.running = self.most = 0
+        self.ended: list[str] = []
+
+    def clean_many(self, items, mode, now):
+        with self.count_lock:
+            self.running += 1
+            self.most = max(self.most, self.running)
+        try:
+            time.sleep(0.01)  # long enough for the next page to be read and submitted
+            first = str(items[0][0])
+            if first == self.fail_at:
+                raise UnknownWorkItem(f"no work item for {first}")
+            return super().clean_many(items, mode, now)
+        finally:
+            with self.count_lock:
+                self.running -= 1
+                self.ended.append(str(items[0][0]))
+
+
+def _sent_period(clock: FixedClock, customers: int, ledger: PagesInFlight) -> PagesInFlight:
+    frozen_ledger(customers, ledger=ledger)
+    deliver_due(
+        make_deliverer(ledger, FakeMailer(clock=clock), clock), batch_size=customers, concurrency=16
+    )
+    return ledger
+
+
+@pytest.mark.parametrize("in_flight", [1, 2, 3])
+def test_pages_in_flight_clean_every_sent_item_once_and_never_exceed_the_bound(clock, in_flight):
+    ledger = _sent_period(clock, 230, PagesInFlight())
+
+    report = clean_period(ledger, clock, W42, CleanupMode.ARCHIVE, page=20, in_flight=in_flight)
+
+    assert report.cleaned == 230
+    assert report.rows == 230 * ROWS_PER_CUSTOMER
+    assert {state_of(ledger, key_of(n)) for n in range(1, 231)} == {DeliveryState.CLEANED}
+    with ledger.count_lock:
+        assert 1 <= ledger.most <= in_flight
+    assert failed_invariants(ledger, W42, clock.now()) == []
+
+
+def test_a_failed_page_stops_cleanup_only_after_every_page_in_flight_has_ended(clock):
+    ledger = PagesInFlight()
+    keys = sorted(str(key_of(n)) for n in range(1, 101))
+    ledger.fail_at = keys[20]
+    _sent_period(clock, 100, ledger)
+
+    with pytest.raises(UnknownWorkItem):
+        clean_period(ledger, clock, W42, CleanupMode.ARCHIVE, page=20, in_flight=2)
+
+    # the page after the failed one was in flight: it ended before clean_period returned
+    with ledger.count_lock:
+        assert ledger.running == 0
+        assert keys[40] in ledger.ended
+    cleaned = {str(i.key) for i in ledger.items(W42) if i.state is DeliveryState.CLEANED}
+    assert cleaned.isdisjoint(keys[20:40])
+    assert failed_invariants(ledger, W42, clock.now()) == []

@@ -252,6 +252,8 @@ class SqlBase:
     def __init__(self, engine: Engine) -> None:
         self._engine = engine
         self._pg = engine.dialect.name == "postgresql"
+        #: `Ledger.out_of_process`: PostgreSQL works in its server, SQLite on this process's CPU
+        self.out_of_process = self._pg
 
     @property
     def engine(self) -> Engine:
