@@ -48,6 +48,7 @@ from digest_pipeline.domain.model import (
 from digest_pipeline.domain.periods import OperationKey, Period
 from digest_pipeline.domain.regeneration import RowReplacement
 from digest_pipeline.domain.states import DELIVERED, DeliveryState
+from digest_pipeline.domain.timing import ItemTimeSummary, summarize_item_times
 
 
 class Clock(ABC):
@@ -344,6 +345,14 @@ class ReadModel(ABC):
         """Every item's state and times (`ItemTimes`), streamed; the SQL ledger reads five columns."""
         for item in self.iter_items(period):
             yield ItemTimes.of(item)
+
+    def item_time_summary(self, period: Period) -> ItemTimeSummary:
+        """The period's claim delays, cleanup lags and oldest waiting item (`ItemTimeSummary`).
+
+        This default passes over `iter_item_times` in Python; the SQL ledger on PostgreSQL
+        answers in one statement, to the same numbers (a contract test holds it to this).
+        """
+        return summarize_item_times(self.iter_item_times(period))
 
     def iter_item_leases(self, period: Period, page: int = 1_000) -> Iterator[ItemLease]:
         """Every item's key, state and token (`ItemLease`), streamed in key order.

@@ -7,10 +7,10 @@ the evidence of what was selected and sent).
 """
 
 import logging
-from collections import Counter, deque
+from collections import Counter
 from collections.abc import Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import partial
 
 from digest_pipeline.domain.chunks import chunked
 from digest_pipeline.domain.errors import DigestError, LostRace
@@ -19,6 +19,7 @@ from digest_pipeline.domain.model import CleanupMode, CleanupReceipt, ItemLease
 from digest_pipeline.domain.periods import Period
 from digest_pipeline.ports import Clock, Ledger
 from digest_pipeline.services.logs import log_event
+from digest_pipeline.services.overlap import overlapped_writes
 from digest_pipeline.services.snapshot_gate import require_unchanged_snapshot
 
 #: pages whose transactions run at once over a database server: 2 took a 40,000-item
@@ -60,29 +61,21 @@ def clean_period(
     Raises:
         SnapshotTampered: the period's frozen snapshot changed after the freeze; nothing was
             cleaned.
+        ValueError: `page` or `in_flight` is below 1.
     """
-    if page < 1 or in_flight < 1:
-        raise ValueError("page and in_flight must be at least 1")
+    if page < 1:
+        raise ValueError("page must be at least 1")
     require_unchanged_snapshot(ledger, period, clock.now())
     report = CleanupReport()
-    pending: deque[tuple[list[ItemLease], Future[list[CleanupReceipt | DigestError]]]] = deque()
-    # the pool's exit waits for every page in flight: a failed page stops the run, but never
-    # before the other pages' transactions have ended
-    with ThreadPoolExecutor(in_flight, "cleanup") as pool:
+    with overlapped_writes(in_flight, ledger.out_of_process, "cleanup") as writes:
         # The gate decides item by item (a page at a time); the ledger then cleans the page's
         # open items in one transaction and enforces the same rule itself.
         for page_items in chunked(ledger.iter_item_leases(period, page=page), page):
             chosen = _gated(page_items, report)
-            if not chosen:
-                continue
-            if len(pending) == in_flight:
-                _tally(report, *pending.popleft())
-            keys = [(item.key, item.lease_token) for item in chosen]
-            pending.append((chosen, pool.submit(ledger.clean_many, keys, mode, clock.now())))
-            if not ledger.out_of_process:
-                _tally(report, *pending.popleft())
-        while pending:
-            _tally(report, *pending.popleft())
+            if chosen:
+                keys = [(item.key, item.lease_token) for item in chosen]
+                tally = partial(_tally, report, chosen)
+                writes.submit(tally, ledger.clean_many, keys, mode, clock.now())
     log_event(
         "cleaned",
         period=period,
@@ -112,10 +105,10 @@ def _gated(items: Sequence[ItemLease], report: CleanupReport) -> list[ItemLease]
 def _tally(
     report: CleanupReport,
     chosen: Sequence[ItemLease],
-    cleaning: Future[list[CleanupReceipt | DigestError]],
+    receipts: Sequence[CleanupReceipt | DigestError],
 ) -> None:
-    """Counts one page's receipts (waiting for its transaction); raises a non-race error."""
-    for item, receipt in zip(chosen, cleaning.result(), strict=True):
+    """Counts one page's receipts; raises a non-race error."""
+    for item, receipt in zip(chosen, receipts, strict=True):
         if isinstance(receipt, LostRace):
             report.lost_races += 1
             log_event("lost_race", logging.WARNING, key=item.key, step="cleanup", why=receipt)

@@ -29,6 +29,7 @@ from digest_pipeline.domain.model import DigestRow
 from digest_pipeline.domain.periods import OperationKey, Period
 from digest_pipeline.ports import CustomerSource, Ledger
 from digest_pipeline.services.logs import log_event
+from digest_pipeline.services.overlap import overlapped_writes
 
 #: customers per chunk: large enough that per-chunk queries are few, small enough that a chunk's
 #: orders and rows (a few megabytes) do not show in the process's peak
@@ -37,6 +38,8 @@ CHUNK = 5_000
 LOOKBACK = timedelta(weeks=12)
 #: excluded product ids named in the warning line (the count is always complete)
 EXCLUDED_LOGGED = 20
+#: chunks being written while the next is picked, over a database server
+WRITES_IN_FLIGHT = 1
 
 
 @dataclass(frozen=True)
@@ -145,14 +148,19 @@ def generate_content(
         raise SnapshotMissing(f"period {period} has no frozen eligibility snapshot")
     content = plan_content(source, period, lookback)
 
-    customers = rows = empty = 0
-    for ids in chunked(ledger.iter_needing_content(period, page=chunk), chunk):
-        keys = [OperationKey(period, customer_id) for customer_id in ids]
-        generated, without = content.rows_for(source, keys, picks_per_customer)
-        empty += without
-        customers += len(keys)
-        if generated:
-            rows += ledger.add_digest_rows(generated)
+    customers = empty = 0
+    written: list[int] = []
+    # Over a database server a chunk's rows are written while the next chunk is read and
+    # picked (services/overlap.py); one write in flight keeps one extra chunk in memory.
+    with overlapped_writes(WRITES_IN_FLIGHT, ledger.out_of_process, "content") as writes:
+        for ids in chunked(ledger.iter_needing_content(period, page=chunk), chunk):
+            keys = [OperationKey(period, customer_id) for customer_id in ids]
+            generated, without = content.rows_for(source, keys, picks_per_customer)
+            empty += without
+            customers += len(keys)
+            if generated:
+                writes.submit(written.append, ledger.add_digest_rows, generated)
+    rows = sum(written)
     # the snapshot is frozen, so everyone it holds who needed nothing was skipped
     skipped = snapshot.eligible_count - customers
 

@@ -11,17 +11,8 @@ from datetime import datetime
 from digest_pipeline.domain.failures import FailureClass
 from digest_pipeline.domain.feedback import FeedbackCounts
 from digest_pipeline.domain.periods import Period
-from digest_pipeline.domain.states import CLAIMABLE, DeliveryState
+from digest_pipeline.domain.states import DeliveryState
 from digest_pipeline.ports import Ledger
-
-
-def percentile(values: list[float], q: float) -> float | None:
-    """Nearest-rank percentile (q in [0, 100]); None for no values."""
-    if not values:
-        return None
-    ordered = sorted(values)
-    rank = max(1, -(-len(ordered) * q // 100))  # ceil without floats drifting
-    return ordered[min(len(ordered), int(rank)) - 1]
 
 
 @dataclass(frozen=True)
@@ -101,21 +92,7 @@ def period_metrics(ledger: Ledger, period: Period, now: datetime) -> PeriodMetri
     retry_rate = {
         fc.value: (outcomes.get(fc.value, 0) / finished if finished else 0.0) for fc in FailureClass
     }
-    # One pass over the items, a page at a time: only the numbers stay in memory.
-    claim_delays: list[float] = []
-    lags: list[float] = []
-    oldest_waiting: datetime | None = None
-    for i in ledger.iter_item_times(period):
-        # Each item against its own enqueue time: items claimed together in one wave share a
-        # claim time, but not necessarily an enqueue time.
-        if i.first_claimed_at is not None:
-            claim_delays.append((i.first_claimed_at - i.created_at).total_seconds())
-        if i.cleaned_at is not None and i.sent_at is not None:
-            lags.append((i.cleaned_at - i.sent_at).total_seconds())
-        if (i.state in CLAIMABLE or i.state is DeliveryState.CLAIMED) and (
-            oldest_waiting is None or i.created_at < oldest_waiting
-        ):
-            oldest_waiting = i.created_at
+    times = ledger.item_time_summary(period)
     [double_sends] = [
         r.violations for r in ledger.check_invariants(period, now, names={"no_duplicate_send"})
     ]
@@ -126,13 +103,17 @@ def period_metrics(ledger: Ledger, period: Period, now: datetime) -> PeriodMetri
         attempts=finished + outcomes.get("open", 0),
         finished_attempts=finished,
         retry_rate=retry_rate,
-        enqueue_to_claim_p50_s=percentile(claim_delays, 50),
-        enqueue_to_claim_p95_s=percentile(claim_delays, 95),
-        oldest_pending_age_s=(now - oldest_waiting).total_seconds() if oldest_waiting else None,
+        enqueue_to_claim_p50_s=times.claim_delay_p50_s,
+        enqueue_to_claim_p95_s=times.claim_delay_p95_s,
+        oldest_pending_age_s=(
+            (now - times.oldest_waiting_created_at).total_seconds()
+            if times.oldest_waiting_created_at
+            else None
+        ),
         duplicates_suppressed=outcomes.get("duplicate", 0),
         duplicate_sends=double_sends,
-        cleanup_lag_p50_s=percentile(lags, 50),
-        cleanup_lag_max_s=max(lags) if lags else None,
+        cleanup_lag_p50_s=times.cleanup_lag_p50_s,
+        cleanup_lag_max_s=times.cleanup_lag_max_s,
         dead_letters=dict(Counter(d.reason for d in ledger.dead_letters(period))),
         feedback=ledger.feedback_counts(period),
     )

@@ -12,9 +12,10 @@ from digest_pipeline.domain.periods import Period
 from digest_pipeline.domain.policy import DeliveryPolicy
 from digest_pipeline.domain.retry import RetryPolicy
 from digest_pipeline.domain.states import DeliveryState
+from digest_pipeline.domain.timing import percentile
 from digest_pipeline.services.cleanup import clean_period
 from digest_pipeline.services.deliver import deliver_due
-from digest_pipeline.services.metrics import percentile, period_metrics
+from digest_pipeline.services.metrics import period_metrics
 from digest_pipeline.services.reconcile import reconcile_period
 from digest_pipeline_tests.builders import (
     deliver_all,

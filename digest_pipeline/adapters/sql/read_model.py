@@ -4,9 +4,12 @@ from collections.abc import Collection, Iterable, Iterator, Sequence
 from datetime import datetime
 
 from sqlalchemy import (
+    Float,
+    column,
     distinct,
     func,
     select,
+    text,
 )
 
 from digest_pipeline.adapters.sql import rows as sql_rows
@@ -20,6 +23,7 @@ from digest_pipeline.adapters.sql.schema import (
     provider_events,
     suppressions,
 )
+from digest_pipeline.adapters.sql.types import UtcDateTime
 from digest_pipeline.domain.chunks import chunked
 from digest_pipeline.domain.feedback import (
     EventType,
@@ -38,9 +42,50 @@ from digest_pipeline.domain.model import (
 )
 from digest_pipeline.domain.periods import KEY_PREFIX, OperationKey, Period
 from digest_pipeline.domain.states import TERMINAL, DeliveryState
+from digest_pipeline.domain.timing import WAITING, ItemTimeSummary
 from digest_pipeline.ports import (
     AuditTrail,
     ReadModel,
+)
+
+
+def _nearest_rank(q: int) -> str:
+    """`domain.timing.percentile_rank` in SQL, over a CTE's `n` values: the same integers."""
+    return f"LEAST(n, GREATEST(1, (n * {q} + 99) / 100))"
+
+
+_WAITING_SQL = ", ".join(sorted(f"'{s.value}'" for s in WAITING))
+#: `ReadModel.item_time_summary` in one statement: the server sorts a period's delays instead
+#: of this process converting every item's four times (about 1 s at 100,000 items, twice a run)
+_ITEM_TIME_SUMMARY_ON_PG = text(
+    f"""
+WITH times AS (
+    SELECT EXTRACT(EPOCH FROM first_claimed_at - created_at)::float8 AS claim,
+           EXTRACT(EPOCH FROM cleaned_at - sent_at)::float8 AS lag,
+           state, created_at
+    FROM work_items WHERE period = :period
+),
+claims AS (
+    SELECT claim, row_number() OVER (ORDER BY claim) AS i, count(*) OVER () AS n
+    FROM times WHERE claim IS NOT NULL
+),
+lags AS (
+    SELECT lag, row_number() OVER (ORDER BY lag) AS i, count(*) OVER () AS n
+    FROM times WHERE lag IS NOT NULL
+)
+SELECT
+    (SELECT claim FROM claims WHERE i = {_nearest_rank(50)}),
+    (SELECT claim FROM claims WHERE i = {_nearest_rank(95)}),
+    (SELECT min(created_at) FROM times WHERE state IN ({_WAITING_SQL})),
+    (SELECT lag FROM lags WHERE i = {_nearest_rank(50)}),
+    (SELECT max(lag) FROM times)
+"""
+).columns(
+    column("claim_p50", Float),
+    column("claim_p95", Float),
+    column("oldest", UtcDateTime),
+    column("lag_p50", Float),
+    column("lag_max", Float),
 )
 
 
@@ -81,6 +126,15 @@ class SqlReadModel(SqlBase, ReadModel, AuditTrail):
             c.operation_key, c.state, c.created_at, c.first_claimed_at, c.sent_at, c.cleaned_at
         ).where(c.period == str(period))
         yield from self._pages(q, wi.c.operation_key, sql_rows.item_times, 5_000)
+
+    def item_time_summary(self, period: Period) -> ItemTimeSummary:
+        # SQLite keeps the port's pass in Python: its julianday() arithmetic is not the
+        # microsecond-exact difference Python takes, and its work is this process's anyway
+        if not self._pg:
+            return super().item_time_summary(period)
+        with self._engine.connect() as conn:
+            row = conn.execute(_ITEM_TIME_SUMMARY_ON_PG, {"period": str(period)}).one()
+        return ItemTimeSummary(*row)
 
     def iter_item_leases(self, period: Period, page: int = 1_000) -> Iterator[ItemLease]:
         c = wi.c

@@ -14,10 +14,10 @@ from itertools import pairwise
 
 from digest_pipeline.domain.model import INVARIANTS, Attempt, InvariantResult, WorkItem
 from digest_pipeline.domain.states import DeliveryState
+from digest_pipeline.domain.timing import percentile
 from digest_pipeline.ports import Ledger
 from digest_pipeline.rigs.sim.config import PERIOD, Cell
 from digest_pipeline.rigs.sim.faults import SimProvider
-from digest_pipeline.services.metrics import percentile
 
 Value = bool | int | float | str | None
 DEAD_LETTER_REASONS = (
