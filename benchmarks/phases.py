@@ -32,6 +32,7 @@ from digest_pipeline.services.content import generate_content
 from digest_pipeline.services.deliver import deliver_due
 from digest_pipeline.services.enqueue import enqueue_period
 from digest_pipeline.services.snapshot import take_snapshot
+from digest_pipeline.settings import DEFAULT_CONCURRENCY
 
 MODULE = "benchmarks.phases"
 CUSTOMERS = 40_000
@@ -55,7 +56,7 @@ class Options:
     customers: int = CUSTOMERS
     backends: Sequence[str] = ("postgres",)
     #: DIGEST_CONCURRENCY for the delivery phase (the outbox's default)
-    concurrency: int = 64
+    concurrency: int = DEFAULT_CONCURRENCY["outbox"]
     latency_ms: float = 0.0
     json_dir: Path = field(default=common.DEFAULT_JSON_DIR)
 
@@ -180,7 +181,7 @@ def main(argv: Sequence[str]) -> int:
     p = argparse.ArgumentParser(prog=f"python -m {MODULE}", description=__doc__)
     p.add_argument("--customers", type=int, default=CUSTOMERS)
     p.add_argument("--backends", type=common.str_list, default=["postgres"])
-    p.add_argument("--concurrency", type=int, default=64)
+    p.add_argument("--concurrency", type=int, default=Options.concurrency)
     p.add_argument("--latency-ms", type=float, default=0.0)
     p.add_argument("--json-dir", type=Path, default=common.DEFAULT_JSON_DIR)
     a = p.parse_args(argv)

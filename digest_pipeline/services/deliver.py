@@ -123,6 +123,8 @@ class Wave:
         default_factory=list
     )
     started: list[tuple[int, _Started]] = field(default_factory=list)
+    #: the started claims' messages (or failures instead) not yet handed to `dispatch`
+    unsent: list[Message | SendOutcome] = field(default_factory=list)
     #: each started claim's send: a pool's future, or the outcome of one that ran inline
     sends: list[Future[SendOutcome] | SendOutcome] = field(default_factory=list)
     #: the started claims' outcomes, in order, once the sends are done (`Deliverer.collect`)
@@ -275,11 +277,14 @@ class Deliverer:
         start: Sequence[Wave],
         pool: ThreadPoolExecutor | None,
         now: datetime,
+        *,
+        send: bool = True,
     ) -> None:
         """Records the collected waves and starts the prepared ones in one ledger call.
 
-        Then it sends the started ones (on `pool`, or here when it is None). Every attempt is recorded as started before its send; a recorded wave's states are then
-        on its `settled`.
+        Then it sends the started ones (`dispatch`), unless `send` is False: the caller then
+        dispatches them itself, after this returns. Every attempt is recorded as started
+        before its send; a recorded wave's states are then on its `settled`.
         """
         results = [
             (s.ticket, o, self._next(s.claim, o, s.ticket.started_at, s.closes_at))
@@ -303,13 +308,22 @@ class Deliverer:
                     w.settled[i] = self._release(claim, ticket)
                     continue
                 w.started.append((i, _Started(claim, ticket, closes_at)))
+                w.unsent.append(message)
+            w.pending = []
+        if send:
+            self.dispatch(start, pool)
+
+    def dispatch(self, started: Sequence[Wave], pool: ThreadPoolExecutor | None) -> None:
+        """Sends the waves' started claims, in order: on `pool`, or here when it is None."""
+        for w in started:
+            for message in w.unsent:
                 if isinstance(message, SendOutcome):
                     w.sends.append(message)
                 elif pool is None:
                     w.sends.append(self._transmit(message))
                 else:
                     w.sends.append(pool.submit(self._transmit, message))
-            w.pending = []
+            w.unsent = []
 
     def _settle_without_sending(self, claim: Claim, now: datetime) -> Settled | datetime | None:
         """The recorded state of a claim that must not be sent, or else its window's close.
@@ -603,8 +617,8 @@ class _Run:
         """One ledger call for the collected and the prepared waves; counts the recorded.
 
         With `ahead` and a ledger thread, the ledger call runs there while this thread composes
-        the next wave from the queued claims (`ready`): the worker's Python and the database's
-        work overlap instead of taking turns. Nothing else touches the waves meanwhile, and the
+        the next wave from the queued claims (`ready`), then sends: the worker's Python and the
+        database's work overlap instead of taking turns. Nothing else touches the waves meanwhile, and the
         breaker's room counts the waves being started as open, as `step`'s own composing does.
         """
         d = self.deliverer
@@ -612,7 +626,7 @@ class _Run:
             d.exchange(record, fresh, pool, now)
         else:
             opened = self.open_attempts(fresh)
-            recording = self.ledger_thread.submit(d.exchange, record, fresh, pool, now)
+            recording = self.ledger_thread.submit(d.exchange, record, fresh, pool, now, send=False)
             try:
                 if self.ready is None:
                     self.ready = self.next_wave(opened, d.clock.now())
@@ -620,6 +634,10 @@ class _Run:
                 # the ledger's answer (or its error) before anything else: a compose error
                 # must not leave a wave half recorded behind this thread's back
                 recording.result()
+            # the sends run here, after their attempts are recorded: a local mailer's sends are
+            # this process's CPU (the outbox serialises each message), which the ledger thread
+            # would only take turns with
+            d.dispatch(fresh, pool)
         for wave in record:
             self.done.count(wave.states())
         self.in_flight.extend(fresh)

@@ -1,0 +1,66 @@
+"""The snapshot check on the SQL ledgers: any edit of a frozen row is found, on both backends.
+
+On PostgreSQL the check first asks the server for the fingerprint; the server's answer must be
+the Python one exactly (or every check would fall back to the slow pass and none would notice),
+and an edit must still be reported, never waved through.
+"""
+
+import pytest
+from sqlalchemy import text
+
+from digest_pipeline.adapters.sql.invariants import server_fingerprint
+from digest_pipeline.adapters.sql.ledger import SqlLedger
+from digest_pipeline.domain.model import SnapshotEntry, snapshot_fingerprint
+from digest_pipeline_tests.conftest import T0, W42
+from digest_pipeline_tests.contract.test_ledger_contract import W43
+
+ENTRIES = [
+    SnapshotEntry("customer-1", "ada@example.test"),
+    SnapshotEntry("customer-2", "zoë.núñez@exämple.test"),  # bytes beyond ASCII
+    SnapshotEntry("customer-3", "not an address"),  # frozen as read; the send fails it later
+    SnapshotEntry("customer-4", "x" * 300 + "@example.test"),
+    *(SnapshotEntry(f"customer-{n:04d}", f"c{n}@example.test") for n in range(5, 400)),
+]
+
+
+def _unchanged(ledger: SqlLedger) -> bool:
+    [result] = ledger.check_invariants(W42, T0, names={"snapshot_unchanged"})
+    return result.passed
+
+
+@pytest.fixture
+def frozen_ledger(sql_ledger):
+    sql_ledger.freeze_snapshot(W42, "run-1", T0, ENTRIES)
+    sql_ledger.freeze_snapshot(W43, "run-2", T0, ENTRIES[:3])  # another week's rows never count
+    return sql_ledger
+
+
+@pytest.mark.integration
+def test_the_server_computes_the_fingerprint_the_freeze_stored(sql_engine_factory):
+    # PostgreSQL only: SQLite has no sha256, its check is the Python pass alone
+    ledger = SqlLedger(sql_engine_factory("postgres"))
+    ledger.freeze_snapshot(W42, "run-1", T0, ENTRIES)
+    with ledger.engine.connect() as conn:
+        assert server_fingerprint(conn, W42) == (len(ENTRIES), snapshot_fingerprint(ENTRIES))
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        "UPDATE eligibility_snapshot SET recipient = 'eve@example.test' "
+        "WHERE period = '2026-W42' AND customer_id = 'customer-2'",
+        "DELETE FROM eligibility_snapshot WHERE period = '2026-W42' AND customer_id = 'customer-0007'",
+        "INSERT INTO eligibility_snapshot (period, customer_id, recipient) "
+        "VALUES ('2026-W42', 'customer-9999', 'mallory@example.test')",
+        # a key changed in place: the row count stays the same
+        "UPDATE eligibility_snapshot SET customer_id = customer_id || 'x' "
+        "WHERE period = '2026-W42' AND customer_id = 'customer-0010'",
+    ],
+)
+def test_an_edited_snapshot_is_refused(frozen_ledger, edit):
+    assert _unchanged(frozen_ledger)
+
+    with frozen_ledger.engine.begin() as conn:
+        conn.execute(text(edit))
+
+    assert not _unchanged(frozen_ledger)
