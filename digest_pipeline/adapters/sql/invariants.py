@@ -8,7 +8,7 @@ from collections.abc import Callable, Collection
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, Select, and_, case, exists, func, not_, or_, select, text
+from sqlalchemy import Connection, Select, and_, case, exists, func, not_, or_, select
 
 from digest_pipeline.adapters.sql.schema import (
     attempts,
@@ -175,41 +175,10 @@ def _no_duplicate_send(p: str) -> Select[Any]:
     return select(spans.c.key).group_by(spans.c.key).having(func.sum(sends) > 1)
 
 
-#: `model.fingerprint_share` summed by PostgreSQL: each row's sha256 as eight 32-bit words,
-#: each word summed over the rows (under 2**49 for a million rows); the caller carries them
-_FINGERPRINT_WORDS_ON_PG = text(
-    "SELECT count(*), "
-    + ", ".join(
-        f"coalesce(sum(('x' || substr(h, {8 * w + 1}, 8))::bit(32)::bigint), 0)" for w in range(8)
-    )
-    + " FROM (SELECT encode(sha256(convert_to(customer_id || chr(31) || recipient, 'UTF8')),"
-    " 'hex') AS h FROM eligibility_snapshot WHERE period = :period) AS rows"
-)
-
-
-def server_fingerprint(conn: Connection, period: Period) -> tuple[int, str]:
-    """PostgreSQL's count and fingerprint of a period's snapshot rows, computed in the server.
-
-    The same multiset sum as `model.snapshot_fingerprint`: a digest read big-endian is the sum
-    of its eight words, each shifted to its place, so the sum over rows is the words' sums,
-    shifted and carried here.
-    """
-    count, *words = conn.execute(_FINGERPRINT_WORDS_ON_PG, {"period": str(period)}).one()
-    total = sum(int(word) << (32 * (7 - w)) for w, word in enumerate(words))
-    return int(count), format_fingerprint(total)
-
-
 def _snapshot_unchanged(conn: Connection, period: Period) -> InvariantResult:
     p = str(period)
     header = conn.execute(select(period_runs).where(period_runs.c.period == p)).mappings().first()
     if header is None:
-        return InvariantResult("snapshot_unchanged", True, 0)
-    # Every batch step, cleanup's gate and the check ask; PostgreSQL hashes the rows on its own
-    # core. Only its "unchanged" is taken: any other answer is confirmed by this process's own
-    # pass below, so a server that encoded a row differently could cost time, never refuse a
-    # period that holds.
-    frozen = (header["eligible_count"], header["fingerprint"])
-    if conn.dialect.name == "postgresql" and server_fingerprint(conn, period) == frozen:
         return InvariantResult("snapshot_unchanged", True, 0)
     es = eligibility_snapshot
     total, count = 0, 0
