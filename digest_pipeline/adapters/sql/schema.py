@@ -13,6 +13,9 @@ State moves allowed on `work_items.state` (mirrors domain/states.py):
     -- dead_lettered | failed -> pending              (replay only)
 """
 
+from collections.abc import Iterable
+from enum import Enum
+
 from sqlalchemy import (
     JSON,
     BigInteger,
@@ -48,11 +51,22 @@ metadata = MetaData(
 
 # SQLite only auto-increments an INTEGER PRIMARY KEY, not BIGINT.
 Id = BigInteger().with_variant(Integer(), "sqlite")
-STATES = ", ".join(f"'{s.value}'" for s in DeliveryState)
+
+
+def sql_literals(members: Iterable[Enum]) -> str:
+    """`'a', 'b'`: the members' values as SQL string literals, in the order given.
+
+    For CHECK constraints and `IN (…)` lists; a set's members are passed sorted, so the text
+    (which a partial index's predicate is matched by) is the same in every process.
+    """
+    return ", ".join(f"'{m.value}'" for m in members)
+
+
+STATES = sql_literals(DeliveryState)
 #: the states `claim_due` hands out, as literal SQL: queries repeat it verbatim so that the
 #: planners (PostgreSQL's generic plans included) can match the partial index `ix_work_items_due`
-CLAIMABLE_SQL = "state IN (" + ", ".join(sorted(f"'{s.value}'" for s in CLAIMABLE)) + ")"
-FAILURE_CLASSES = ", ".join(f"'{f.value}'" for f in FailureClass)
+CLAIMABLE_SQL = f"state IN ({sql_literals(sorted(CLAIMABLE))})"
+FAILURE_CLASSES = sql_literals(FailureClass)
 
 customers = Table(
     "customers",
@@ -269,9 +283,9 @@ step_outputs = Table(
 # -- customer and provider feedback (`digest serve`, issue 16; migration 0007) -----------------
 
 #: the reasons a customer is suppressed (domain/feedback.py `SuppressionReason`)
-SUPPRESSION_REASONS = ", ".join(f"'{r.value}'" for r in SuppressionReason)
-EVENT_TYPES = ", ".join(f"'{t.value}'" for t in EventType)
-EVENT_OUTCOMES = ", ".join(f"'{o.value}'" for o in EventOutcome)
+SUPPRESSION_REASONS = sql_literals(SuppressionReason)
+EVENT_TYPES = sql_literals(EventType)
+EVENT_OUTCOMES = sql_literals(EventOutcome)
 
 #: one row per suppressed customer (the first reason wins); by id only, never an address
 suppressions = Table(
