@@ -30,6 +30,7 @@ from digest_pipeline.domain.periods import OperationKey, Period
 from digest_pipeline.ports import CustomerSource, Ledger
 from digest_pipeline.services.logs import log_event
 from digest_pipeline.services.overlap import overlapped_writes
+from digest_pipeline.services.tuning import fewer_collections
 
 #: customers per chunk: large enough that per-chunk queries are few, small enough that a chunk's
 #: orders and rows (a few megabytes) do not show in the process's peak
@@ -146,13 +147,15 @@ def generate_content(
     snapshot = ledger.snapshot(period)
     if snapshot is None:
         raise SnapshotMissing(f"period {period} has no frozen eligibility snapshot")
-    content = plan_content(source, period, lookback)
-
     customers = empty = 0
     written: list[int] = []
     # Over a database server a chunk's rows are written while the next chunk is read and
     # picked (services/overlap.py); one write in flight keeps one extra chunk in memory.
-    with overlapped_writes(WRITES_IN_FLIGHT, ledger.out_of_process, "content") as writes:
+    with (
+        fewer_collections(),
+        overlapped_writes(WRITES_IN_FLIGHT, ledger.out_of_process, "content") as writes,
+    ):
+        content = plan_content(source, period, lookback)
         for ids in chunked(ledger.iter_needing_content(period, page=chunk), chunk):
             keys = [OperationKey(period, customer_id) for customer_id in ids]
             generated, without = content.rows_for(source, keys, picks_per_customer)

@@ -56,9 +56,9 @@ from digest_pipeline.domain.waves import wave_shape
 from digest_pipeline.ports import Clock, Composer, Ledger, Mailer
 from digest_pipeline.services import late
 from digest_pipeline.services.evidence import RECONCILE_ACTOR
-from digest_pipeline.services.handover import prompt_handover
 from digest_pipeline.services.logs import log_event
 from digest_pipeline.services.snapshot_gate import snapshot_refusal
+from digest_pipeline.services.tuning import fewer_collections, prompt_handover
 
 LOST_RACE = NotRecorded.LOST_RACE
 RELEASED = NotRecorded.RELEASED
@@ -713,6 +713,7 @@ def deliver_due(
     remote = deliverer.mailer.capabilities.remote
     overlap = not remote and deliverer.ledger.out_of_process
     with (
+        fewer_collections(),
         ThreadPoolExecutor(max_workers=concurrency) if remote else nullcontext() as pool,
         prompt_handover() if overlap else nullcontext(),
         ThreadPoolExecutor(1, "ledger") if overlap else nullcontext() as run.ledger_thread,

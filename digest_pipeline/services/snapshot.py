@@ -23,6 +23,7 @@ from digest_pipeline.domain.model import Exclusion, SnapshotEntry, exclusion, is
 from digest_pipeline.domain.periods import Period
 from digest_pipeline.ports import Clock, CustomerSource, SnapshotStore
 from digest_pipeline.services.logs import log_event
+from digest_pipeline.services.tuning import fewer_collections
 
 
 @dataclass(frozen=True)
@@ -115,7 +116,8 @@ def take_snapshot(
                 continue
             yield SnapshotEntry(customer.customer_id, customer.email)
 
-    receipt = ledger.freeze_snapshot(period, run_id, clock.now(), selected())
+    with fewer_collections():
+        receipt = ledger.freeze_snapshot(period, run_id, clock.now(), selected())
     info = receipt.info
     log_event(
         "snapshot_reused" if receipt.reused else "snapshot_frozen",

@@ -1,0 +1,81 @@
+"""Process settings a bulk run changes while it lasts: the GIL switch interval and the collector.
+
+Both are process-wide, so runs that overlap in one process (threads, the in-process executor)
+share them: each setting is counted, applied by the first run in and restored by the last out.
+"""
+
+import gc
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
+from typing import Generic, TypeVar
+
+#: seconds; measured at 0.5 ms: the overlapped run 10 % faster, 0.2 ms no better
+OVERLAP_SWITCH_INTERVAL = 0.0005
+#: allocations between young collections during a bulk run (CPython's default is 700)
+BULK_GC_THRESHOLD = 10_000
+
+T = TypeVar("T")
+
+
+class _Counted(Generic[T]):
+    """A process setting held by blocks: `apply` returns what `restore` puts back after the last."""
+
+    def __init__(self, apply: Callable[[], T], restore: Callable[[T], None]) -> None:
+        self._apply = apply
+        self._restore = restore
+        self._lock = threading.Lock()
+        self._holders = 0
+        self._saved: T | None = None
+
+    @contextmanager
+    def held(self) -> Iterator[None]:
+        with self._lock:
+            if self._holders == 0:
+                self._saved = self._apply()
+            self._holders += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._holders -= 1
+                if self._holders == 0:
+                    self._restore(self._saved)  # type: ignore[arg-type]
+
+
+def _shorten_interval() -> float:
+    saved = sys.getswitchinterval()
+    sys.setswitchinterval(min(saved, OVERLAP_SWITCH_INTERVAL))
+    return saved
+
+
+def _raise_threshold() -> tuple[int, int, int]:
+    saved = gc.get_threshold()
+    if saved[0] > 0:  # 0 means the process disabled automatic collection: left so
+        gc.set_threshold(max(saved[0], BULK_GC_THRESHOLD), *saved[1:])
+    return saved
+
+
+_interval = _Counted(_shorten_interval, sys.setswitchinterval)
+_collector = _Counted(_raise_threshold, lambda saved: gc.set_threshold(*saved))
+
+
+def prompt_handover() -> AbstractContextManager[None]:
+    """A shorter GIL switch interval, for a run that overlaps its ledger calls with composing.
+
+    The ledger thread needs the GIL for a moment after each statement returns; with the
+    composing thread holding it, CPython hands it over only every `sys.getswitchinterval()`
+    (5 ms by default), several times per wave.
+    """
+    return _interval.held()
+
+
+def fewer_collections() -> AbstractContextManager[None]:
+    """Young collections every `BULK_GC_THRESHOLD` allocations instead of 700.
+
+    A bulk run keeps a chunk or a wave of objects alive for a moment; at 700 they outlive
+    several young collections, get promoted, and trigger full collections that walk the whole
+    heap (Dagster's included). Measured at 100,000 customers on PostgreSQL: 41.3 s → 37.9 s.
+    """
+    return _collector.held()
