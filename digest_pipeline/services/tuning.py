@@ -9,7 +9,7 @@ import sys
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
-from typing import Generic, TypeVar
+from typing import Generic, TypeVar, cast
 
 #: seconds; measured at 0.5 ms: the overlapped run 10 % faster, 0.2 ms no better
 OVERLAP_SWITCH_INTERVAL = 0.0005
@@ -41,7 +41,7 @@ class _Counted(Generic[T]):
             with self._lock:
                 self._holders -= 1
                 if self._holders == 0:
-                    self._restore(self._saved)  # type: ignore[arg-type]
+                    self._restore(cast(T, self._saved))
 
 
 def _shorten_interval() -> float:
@@ -76,6 +76,6 @@ def fewer_collections() -> AbstractContextManager[None]:
 
     A bulk run keeps a chunk or a wave of objects alive for a moment; at 700 they outlive
     several young collections, get promoted, and trigger full collections that walk the whole
-    heap (Dagster's included). Measured at 100,000 customers on PostgreSQL: 41.3 s → 37.9 s.
+    heap (Dagster's included). The 100,000-customer PostgreSQL week: 42.4 → 37.9 s (README).
     """
     return _collector.held()

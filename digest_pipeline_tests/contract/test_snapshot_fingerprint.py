@@ -1,5 +1,6 @@
 """The snapshot check on the SQL ledgers: any edit of a frozen row is found, on both backends,
-whatever bytes the rows hold and however the edit keeps the row count."""
+whatever bytes the rows hold and however the edit keeps the row count; rows written again as
+they were still match."""
 
 import pytest
 from sqlalchemy import text
@@ -50,3 +51,47 @@ def test_an_edited_snapshot_is_refused(frozen_ledger, edit):
         conn.execute(text(edit))
 
     assert not _unchanged(frozen_ledger)
+
+
+def _edit(ledger: SqlLedger, statement: str) -> None:
+    with ledger.engine.begin() as conn:
+        conn.execute(text(statement))
+
+
+def test_rows_rewritten_with_the_same_values_still_match_and_a_later_edit_is_refused(
+    frozen_ledger,
+):
+    assert _unchanged(frozen_ledger)
+    _edit(frozen_ledger, "UPDATE eligibility_snapshot SET recipient = recipient")
+    assert _unchanged(frozen_ledger)
+
+    _edit(
+        frozen_ledger,
+        "UPDATE eligibility_snapshot SET recipient = 'eve@example.test' "
+        "WHERE period = '2026-W42' AND customer_id = 'customer-0100'",
+    )
+    assert not _unchanged(frozen_ledger)
+
+
+def test_an_edited_fingerprint_is_refused(frozen_ledger):
+    assert _unchanged(frozen_ledger)
+    _edit(
+        frozen_ledger,
+        "UPDATE period_runs SET fingerprint = '0000000000000000000000000000000000000000000000000000000000000000' WHERE period = '2026-W42'",
+    )
+    assert not _unchanged(frozen_ledger)
+
+
+def test_a_row_deleted_and_written_again_as_it_was_still_matches(frozen_ledger):
+    assert _unchanged(frozen_ledger)
+    _edit(
+        frozen_ledger,
+        "DELETE FROM eligibility_snapshot WHERE period = '2026-W42' AND customer_id = 'customer-2'",
+    )
+    assert not _unchanged(frozen_ledger)
+    _edit(
+        frozen_ledger,
+        "INSERT INTO eligibility_snapshot (period, customer_id, recipient) "
+        "VALUES ('2026-W42', 'customer-2', 'zoë.núñez@exämple.test')",
+    )
+    assert _unchanged(frozen_ledger)
