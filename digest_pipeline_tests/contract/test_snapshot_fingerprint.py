@@ -1,6 +1,7 @@
 """The snapshot check on the SQL ledgers: any edit of a frozen row is found, on both backends,
 whatever bytes the rows hold and however the edit keeps the row count; rows written again as
-they were still match."""
+they were still match. On PostgreSQL every check after a ledger's first is answered by counting
+the rows' writer (`invariants.Seal`), so each edit comes after a check that passed."""
 
 import pytest
 from sqlalchemy import text
@@ -95,3 +96,22 @@ def test_a_row_deleted_and_written_again_as_it_was_still_matches(frozen_ledger):
         "VALUES ('2026-W42', 'customer-2', 'zoë.núñez@exämple.test')",
     )
     assert _unchanged(frozen_ledger)
+
+
+def test_an_edit_by_a_transaction_older_than_the_check_is_refused(frozen_ledger):
+    # PostgreSQL's ledger confirms a period it fingerprinted before by its rows' writer
+    # (`invariants.Seal`); a transaction that took its id before that check still writes rows
+    # of its own, which the next check must see
+    if frozen_ledger.engine.dialect.name != "postgresql":
+        pytest.skip("transaction ids (the seal's writer) are PostgreSQL's")
+    with frozen_ledger.engine.connect() as older:
+        older.execute(text("SELECT pg_current_xact_id()"))
+        assert _unchanged(frozen_ledger)
+        older.execute(
+            text(
+                "UPDATE eligibility_snapshot SET recipient = 'eve@example.test' "
+                "WHERE period = '2026-W42' AND customer_id = 'customer-0200'"
+            )
+        )
+        older.commit()
+    assert not _unchanged(frozen_ledger)

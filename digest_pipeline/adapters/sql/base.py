@@ -30,6 +30,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.types import TypeEngine
 
 from digest_pipeline.adapters.sql.engine import driver_error
+from digest_pipeline.adapters.sql.invariants import Seal
 from digest_pipeline.adapters.sql.schema import (
     CLAIMABLE_SQL,
     audit_log,
@@ -254,6 +255,8 @@ class SqlBase:
         self._pg = engine.dialect.name == "postgresql"
         #: `Ledger.out_of_process`: PostgreSQL works in its server, SQLite on this process's CPU
         self.out_of_process = self._pg
+        #: PostgreSQL snapshots this ledger fingerprinted whole, by period (`invariants.Seal`)
+        self._seals: dict[str, Seal] = {}
 
     @property
     def engine(self) -> Engine:
