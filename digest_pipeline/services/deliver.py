@@ -172,9 +172,11 @@ class Deliverer:
     def snapshot_refusal(self, period: Period) -> str | None:
         """The refusal line of a period whose frozen snapshot changed, or None while it holds.
 
-        The ledger's check fingerprints the whole snapshot, so a worker reads it at most once a
-        lease per period (a Dagster step, a sweep: once; a long-lived worker: every lease). A
-        claim outlives neither, so every claim this worker sends was checked within a lease.
+        The ledger's check fingerprints the whole snapshot (on PostgreSQL, after a ledger's
+        first, it counts the rows' writer instead: `invariants.Seal`), so a worker asks at most
+        once a lease per period (a Dagster step, a sweep: once; a long-lived worker: every
+        lease). A claim outlives neither, so every claim this worker sends was checked within a
+        lease.
         """
         now = self.clock.now()
         cached = self._snapshots.get(period)

@@ -98,12 +98,13 @@ def test_a_row_deleted_and_written_again_as_it_was_still_matches(frozen_ledger):
     assert _unchanged(frozen_ledger)
 
 
-def test_an_edit_by_a_transaction_older_than_the_check_is_refused(frozen_ledger):
+@pytest.mark.integration
+def test_an_edit_by_a_transaction_older_than_the_check_is_refused(sql_engine_factory):
     # PostgreSQL's ledger confirms a period it fingerprinted before by its rows' writer
     # (`invariants.Seal`); a transaction that took its id before that check still writes rows
     # of its own, which the next check must see
-    if frozen_ledger.engine.dialect.name != "postgresql":
-        pytest.skip("transaction ids (the seal's writer) are PostgreSQL's")
+    frozen_ledger = SqlLedger(sql_engine_factory("postgres"))
+    frozen_ledger.freeze_snapshot(W42, "run-1", T0, ENTRIES)
     with frozen_ledger.engine.connect() as older:
         older.execute(text("SELECT pg_current_xact_id()"))
         assert _unchanged(frozen_ledger)
