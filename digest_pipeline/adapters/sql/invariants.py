@@ -197,8 +197,8 @@ class Seal:
     never changed in place: an UPDATE writes a new version stamped (`xmin`) with the updating
     transaction's id, an INSERT a new row with its own, a DELETE lowers the count. So while the
     period holds exactly `eligible_count` rows, every one written by `writer`, the rows are the
-    ones that were fingerprinted (unless 2**32 transactions later an id comes round again,
-    which PostgreSQL's wraparound protection keeps far beyond any process's life).
+    ones that were fingerprinted. (A transaction id comes round again only after 2**32 later
+    transactions, and only an edit by the one transaction that gets this very id could pass.)
     """
 
     fingerprint: str
