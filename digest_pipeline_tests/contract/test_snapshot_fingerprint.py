@@ -78,7 +78,7 @@ def test_an_edited_fingerprint_is_refused(frozen_ledger):
     assert _unchanged(frozen_ledger)
     _edit(
         frozen_ledger,
-        "UPDATE period_runs SET fingerprint = '0000000000000000000000000000000000000000000000000000000000000000' WHERE period = '2026-W42'",
+        f"UPDATE period_runs SET fingerprint = '{'0' * 64}' WHERE period = '2026-W42'",
     )
     assert not _unchanged(frozen_ledger)
 
