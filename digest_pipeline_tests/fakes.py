@@ -996,6 +996,21 @@ class FakeLedger(Ledger):
                 1 for a in self._attempts.values() if a.worker == worker and a.finished_at is None
             )
 
+    def leased_unattempted_count(self, owner: str) -> int:
+        """Items leased to `owner` with no attempt open, at one instant (one lock hold).
+
+        What a crash of that worker strands until the leases run out.
+        """
+        with self._lock:
+            attempting = {a.key for a in self._attempts.values() if a.finished_at is None}
+            return sum(
+                1
+                for i in self._items.values()
+                if i.state is DeliveryState.CLAIMED
+                and i.lease_owner == owner
+                and i.key not in attempting
+            )
+
     @property
     def cleanups(self) -> list[CleanupRecord]:
         with self._lock:

@@ -462,6 +462,12 @@ class _Run:
     breaker: Breaker
     size: int
     depth: int
+    #: items one claim takes (`deliver_due`'s `batch_size`)
+    claim: int
+    #: claims this run may take in all (None: no cap)
+    max_items: int | None
+    #: asked before each claim; False ends the run's claiming
+    should_continue: Callable[[], bool]
     done: DeliveryReport = field(default_factory=DeliveryReport)
     in_flight: deque[Wave] = field(default_factory=deque)
     queued: deque[Claim] = field(default_factory=deque)
@@ -474,6 +480,9 @@ class _Run:
     #: a local mailer's run: the thread each exchange's ledger call runs on while this one
     #: composes the next wave (a remote mailer's run composes while its sends are out instead)
     ledger_thread: ThreadPoolExecutor | None = None
+    #: the next claim and its content, taken on the ledger thread behind the exchange that runs
+    #: while the queue's last wave is composed (`claim_ahead`); taken up when the queue is empty
+    claiming: Future[tuple[list[Claim], Content]] | None = None
 
     #: no more claims this run: nothing came, `max_items` was reached or `should_continue` said so
     drained: bool = False
@@ -506,6 +515,18 @@ class _Run:
                 self.stop = BreakerOpen(where + self.breaker.reason())
         return taken
 
+    def room(self) -> int:
+        """Items the next claim may take, before the breaker's bound; 0, and drained, if none."""
+        room = (
+            self.claim
+            if self.max_items is None
+            else min(self.claim, self.max_items - self.done.claimed)
+        )
+        if room <= 0 or not self.should_continue():
+            self.drained = True
+            return 0
+        return room
+
     def take(self, room: int, fresh: Sequence[Wave]) -> bool:
         """Claims up to `room` due items (fewer if the breaker says so); False if none came."""
         bound = self.breaker.room(self.open_attempts(fresh))
@@ -513,35 +534,66 @@ class _Run:
             room = min(room, bound)
         if room <= 0:
             return False
+        return self.taken(*self.claim_with_content(room))
+
+    def claim_with_content(self, room: int) -> tuple[list[Claim], Content]:
+        """Claims up to `room` due items and reads their content; runs on either thread."""
         d = self.deliverer
         if self.period is not None:
             d.require_snapshot(self.period)  # cached; re-read at most once a lease
         claims = d.ledger.claim_due(d.clock.now(), d.owner, d.policy.lease, room, self.period)
+        return claims, d.content(claims) if claims else Content({}, {})
+
+    def taken(self, claims: list[Claim], content: Content) -> bool:
+        """Queues a claim's items; False, and drained, if it took none."""
         if not claims:
             self.drained = True
             return False
         self.done.claimed += len(claims)
-        self.content = d.content(claims)
+        self.content = content
         self.queued.extend(claims)
         return True
 
-    def refill(
-        self,
-        fresh: Sequence[Wave],
-        batch_size: int,
-        max_items: int | None,
-        should_continue: Callable[[], bool],
-    ) -> bool:
+    def take_claimed_ahead(self, claiming: Future[tuple[list[Claim], Content]]) -> bool:
+        """Queues the claim taken ahead (waiting for it, or raising its error); False if none came.
+
+        Only an empty queue takes it up, after the wave composed ahead was started or put back,
+        so no queued claim needs the content it replaces.
+        """
+        self.claiming = None
+        return self.taken(*claiming.result())
+
+    def refill(self, fresh: Sequence[Wave]) -> bool:
         """Claims the next batch once the queue is empty; False if there is nothing to take."""
         if self.queued:
             return True
+        if self.claiming is not None:
+            return self.take_claimed_ahead(self.claiming)
         if self.drained:
             return False
-        room = batch_size if max_items is None else min(batch_size, max_items - self.done.claimed)
-        if room <= 0 or not should_continue():
-            self.drained = True
-            return False
-        return self.take(room, fresh)
+        room = self.room()
+        return room > 0 and self.take(room, fresh)
+
+    def claim_ahead(self, opened: int) -> None:
+        """Hands the next claim to the ledger thread when the wave composed now empties the queue.
+
+        It runs there behind the exchange just handed over, so its statements overlap this
+        thread's composing and the last waves' recording instead of standing between waves. A
+        crash can strand that claim's leases and the wave composed ahead, never started: one
+        wave more than claiming in turn; they come back due when the leases run out. Not while
+        the breaker bounds the room: its streak decides how much to claim.
+        """
+        left = len(self.queued) - (self.size if self.ready is None else 0)
+        if (
+            self.ledger_thread is None
+            or self.claiming is not None
+            or self.drained
+            or left > 0
+            or self.breaker.room(opened) is not None
+        ):
+            return
+        if (room := self.room()) > 0:
+            self.claiming = self.ledger_thread.submit(self.claim_with_content, room)
 
     def next_wave(self, open_attempts: int, now: datetime) -> Wave | None:
         """Prepares the next wave of queued claims, as large as the breaker allows; None if none.
@@ -555,13 +607,7 @@ class _Run:
         claims = [self.queued.popleft() for _ in range(n)]
         return self.deliverer.prepare(claims, now, self.content)
 
-    def step(
-        self,
-        pool: ThreadPoolExecutor | None,
-        batch_size: int,
-        max_items: int | None,
-        should_continue: Callable[[], bool],
-    ) -> bool:
+    def step(self, pool: ThreadPoolExecutor | None) -> bool:
         """Records the finished waves and starts the next in one ledger call; False when done.
 
         With every slot taken it composes the next wave from the queued claims, then waits for
@@ -593,7 +639,7 @@ class _Run:
                 # bounds: its claims queue again, to be given back or prepared afresh
                 self.put_back(ready)
         while self.stop is None and len(self.in_flight) + len(fresh) < self.depth:
-            if not self.refill(fresh, batch_size, max_items, should_continue):
+            if not self.refill(fresh):
                 break
             wave = self.next_wave(self.open_attempts(fresh), now)
             if wave is None:
@@ -629,6 +675,7 @@ class _Run:
         else:
             opened = self.open_attempts(fresh)
             recording = self.ledger_thread.submit(d.exchange, record, fresh, pool, now, send=False)
+            self.claim_ahead(opened)
             try:
                 if self.ready is None:
                     self.ready = self.next_wave(opened, d.clock.now())
@@ -659,7 +706,12 @@ class _Run:
         self.done.count([wave.settled[i] for i in sorted(wave.settled)])
 
     def give_back_queued(self) -> None:
-        """Claims the run took and never attempted go back to due, as if never claimed."""
+        """Claims the run took and never attempted go back to due, as if never claimed.
+
+        A claim taken ahead is queued first: a run that stopped still holds its leases.
+        """
+        if self.claiming is not None:
+            self.take_claimed_ahead(self.claiming)
         why = "stopped:breaker_open" if isinstance(self.stop, BreakerOpen) else "stopped:refused"
         while self.queued:
             self.done.count([self.deliverer.give_back(self.queued.popleft(), why)])
@@ -695,14 +747,24 @@ def deliver_due(
     for checked in [period] if period is not None else deliverer.ledger.open_periods():
         deliverer.require_snapshot(checked)
     size, depth = wave_shape(concurrency, deliverer.mailer.capabilities.remote)
-    run = _Run(deliverer, period, Breaker(breaker_threshold), size, depth)
+    run = _Run(
+        deliverer,
+        period,
+        Breaker(breaker_threshold),
+        size,
+        depth,
+        batch_size,
+        max_items,
+        should_continue,
+    )
     # a customer suppressed after the snapshot froze (or between runs) is never claimed: their
     # unclaimed items end `suppressed` before this run takes any
     run.done.suppressed = len(deliverer.ledger.cancel_suppressed(deliverer.clock.now(), period))
     # `depth` waves overlap: while some waves' sends are in flight, this thread records the
     # outcomes of the wave that finished and starts the next; together they never hold more
-    # than `concurrency` open attempts. A wave is finished before the next one is taken, so
-    # the next claim happens only once there is room (a crash strands one claim, not two).
+    # than `concurrency` open attempts. With a ledger thread, the next claim is taken behind the
+    # exchange that runs while the queue's last wave is composed (`_Run.claim_ahead`); without
+    # one, once the queue is empty.
     # When the breaker holds a claim or a wave back, the oldest wave in flight is recorded
     # first: its outcomes say whether the provider takes our messages.
     # A local mailer's send ends before the ledger could record anything (a file link, a
@@ -720,7 +782,7 @@ def deliver_due(
         prompt_handover() if overlap else nullcontext(),
         ThreadPoolExecutor(1, "ledger") if overlap else nullcontext() as run.ledger_thread,
     ):
-        while run.stop is None and run.step(pool, batch_size, max_items, should_continue):
+        while run.stop is None and run.step(pool):
             pass
         run.drain()
     run.give_back_queued()

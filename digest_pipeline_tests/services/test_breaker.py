@@ -201,15 +201,20 @@ class RevokedMidRun(SystemicFailureMailer):
 
 
 @pytest.mark.parametrize("good", [40, 70, 130])
-def test_a_key_revoked_mid_run_stops_it_with_every_claim_recorded_or_given_back(clock, good):
+@pytest.mark.parametrize("claim", [400, 100, 70])
+def test_a_key_revoked_mid_run_stops_it_with_every_claim_recorded_or_given_back(
+    clock, good, claim
+):
     # at concurrency 64 the next wave is composed while four are sending: when the breaker opens
-    # on a wave's outcomes, that composed wave is never started and its claims go back due
+    # on a wave's outcomes, that composed wave is never started and its claims go back due; with
+    # claims smaller than the period, a local mailer's run has the next claim taken ahead, on its
+    # ledger thread, when the breaker opens, and gives that one back too
     ledger, provider = frozen_ledger(400), FakeMailer(clock=clock)
     mailer = RevokedMidRun(provider, good)
     report = DeliveryReport()
 
     with pytest.raises(BreakerOpen, match="http:401"):
-        run(ledger, mailer, clock, concurrency=64, batch_size=400, report=report)
+        run(ledger, mailer, clock, concurrency=64, batch_size=claim, report=report)
 
     items = ledger.items(W42)
     assert all(i.state is not DeliveryState.CLAIMED for i in items)  # none left leased

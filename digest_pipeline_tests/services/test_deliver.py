@@ -766,6 +766,43 @@ def test_a_worker_never_has_more_than_concurrency_attempts_open(clock, concurren
     assert all(mailer.deliveries_for(key_of(n)) == 1 for n in range(1, 61))
 
 
+class StrandedLeasesMailer(FakeMailer):
+    """Records, at every send, how many leases the worker holds with no attempt open."""
+
+    def __init__(self, ledger: FakeLedger, clock: FixedClock, owner: str) -> None:
+        super().__init__(clock=clock)
+        self._ledger, self._owner = ledger, owner
+        self._lock_most = threading.Lock()
+        self.most_unattempted = 0
+
+    def send(self, message: Message, *, idempotency_key: str) -> SendOutcome:
+        unattempted = self._ledger.leased_unattempted_count(self._owner)
+        with self._lock_most:
+            self.most_unattempted = max(self.most_unattempted, unattempted)
+        return super().send(message, idempotency_key=idempotency_key)
+
+
+@pytest.mark.parametrize("claim", [8, 20, 64])
+def test_a_crash_would_strand_at_most_one_claim_and_one_wave_of_leases(clock, claim):
+    # A local mailer's run takes the next claim on its ledger thread while the last wave of the
+    # one before is composed: at any send, the leases without an attempt are at most that claim
+    # and the wave composed ahead, never two claims.
+    ledger = frozen_ledger(150)
+    mailer = StrandedLeasesMailer(ledger, clock, owner="w1")
+    concurrency = 4
+    size, _ = wave_shape(concurrency, mailer.capabilities.remote)
+
+    report = deliver_due(
+        make_deliverer(ledger, mailer, clock, owner="w1"),
+        batch_size=claim,
+        concurrency=concurrency,
+    )
+
+    assert report.outcomes == {"sent": 150}
+    assert all(mailer.deliveries_for(key_of(n)) == 1 for n in range(1, 151))
+    assert 0 < mailer.most_unattempted <= claim + size
+
+
 class ClockJumpingComposer(FakeComposer):
     """Moves the clock to `to` while composing its `nth` message (a slow wave, compressed)."""
 

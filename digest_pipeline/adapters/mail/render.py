@@ -52,7 +52,12 @@ _PROBE_KEY = OperationKey(FIRST_PERIOD, "x" * 128)
 
 
 def _one_line(text: str, limit: int | None = None) -> str:
-    line = _CONTROL.sub(" ", text).strip()
+    # Printable text holds no character `_CONTROL` matches but the plain space (a test walks
+    # every code point), and `strip` removes exactly what `\s` matches: once stripped, only a
+    # run of spaces needs the substitution, which replaces every single space of the line.
+    line = text.strip()
+    if not line.isprintable() or "  " in line:
+        line = _CONTROL.sub(" ", text).strip()
     return line if limit is None or len(line) <= limit else line[: limit - 1].rstrip() + "…"
 
 
@@ -224,8 +229,11 @@ class Jinja2Composer(Composer):
         self._pick_text = lru_cache(maxsize=_PICK_BLOCKS_KEPT)(
             lambda pick, number: text_pick.render(pick=pick, number=number)
         )
-        # Each template's globals merged once: `render` merges them (a ChainMap walk) per call.
+        # Each template's globals merged once: `render` merges them (a ChainMap walk) per call,
+        # and a context walks them again for their names unless they are a plain dict.
         self._globals = {name: dict(t.globals) for name, t in self._templates.items()}
+        for name, template in self._templates.items():
+            template.globals = self._globals[name]
         self._sender = sender
         # Formatted once here so a template with unknown fields fails at startup, not per item.
         unsubscribe_url.format(customer_id="c", token="t")
