@@ -670,7 +670,8 @@ class _Run:
         breaker's room counts the waves being started as open, as `step`'s own composing does.
         """
         d = self.deliverer
-        if not ahead or self.ledger_thread is None or self.stop is not None or not self.queued:
+        more = self.queued or self.claiming is not None
+        if not ahead or self.ledger_thread is None or self.stop is not None or not more:
             d.exchange(record, fresh, pool, now)
         else:
             opened = self.open_attempts(fresh)
@@ -678,6 +679,10 @@ class _Run:
             self.claim_ahead(opened)
             try:
                 if self.ready is None:
+                    if not self.queued and self.claiming is not None:
+                        # taken before this recording (the ledger thread runs them in turn):
+                        # the next claim's first wave is composed while the last one's records
+                        self.take_claimed_ahead(self.claiming)
                     self.ready = self.next_wave(opened, d.clock.now())
             finally:
                 # the ledger's answer (or its error) before anything else: a compose error

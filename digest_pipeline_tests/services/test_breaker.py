@@ -202,9 +202,7 @@ class RevokedMidRun(SystemicFailureMailer):
 
 @pytest.mark.parametrize("good", [40, 70, 130])
 @pytest.mark.parametrize("claim", [400, 100, 70])
-def test_a_key_revoked_mid_run_stops_it_with_every_claim_recorded_or_given_back(
-    clock, good, claim
-):
+def test_a_key_revoked_mid_run_stops_it_with_every_claim_recorded_or_given_back(clock, good, claim):
     # at concurrency 64 the next wave is composed while four are sending: when the breaker opens
     # on a wave's outcomes, that composed wave is never started and its claims go back due; with
     # claims smaller than the period, a local mailer's run has the next claim taken ahead, on its

@@ -180,15 +180,18 @@ def _checked_pick(
 #: (a refusal is not cached, so it is raised again with its own row's name); `typed`, since
 #: `1 == 1.0 == True` as keys, and `str()` of each differs
 _cached_pick = lru_cache(maxsize=4096, typed=True)(_checked_pick)
+#: the payload fields a pick is made of, in `_checked_pick`'s order (`pick_of` reads them inline;
+#: a property test holds the two together)
 _PICK_FIELDS = ("title", "url", "image_url", "price", "currency")
 #: the JSON scalars, hashable; anything else takes the uncached path
-_SCALARS = (str, int, float, bool, type(None))
+_SCALARS = frozenset((str, int, float, bool, type(None)))
 
 
 def pick_of(key: OperationKey, row: DigestRow) -> _Pick:
     """One generated row as the templates see it; RenderError names a row that cannot be shown."""
-    fields = tuple(row.payload.get(f) for f in _PICK_FIELDS)
-    cacheable = all(type(v) in _SCALARS for v in fields)
+    p = row.payload
+    fields = (p.get("title"), p.get("url"), p.get("image_url"), p.get("price"), p.get("currency"))
+    cacheable = {type(v) for v in fields} <= _SCALARS
     check = _cached_pick if cacheable else _checked_pick
     try:
         return check(*fields)
@@ -307,8 +310,8 @@ class Jinja2Composer(Composer):
 
         The last block's closing newline is the digest template's own, after `pick_blocks`.
         """
-        html = "".join(self._pick_html(p) for p in picks)
-        text = "".join(self._pick_text(p, n) for n, p in enumerate(picks, 1))
+        html = "".join([self._pick_html(p) for p in picks])
+        text = "".join([self._pick_text(p, n) for n, p in enumerate(picks, 1)])
         return _PickBlocks(markupsafe.Markup(html.removesuffix("\n")), text.removesuffix("\n"))
 
     @property
