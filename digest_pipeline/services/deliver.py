@@ -477,11 +477,14 @@ class _Run:
     #: the next wave, composed while the ledger recorded the last exchange or while every slot
     #: was sending; it starts when a slot is free
     ready: Wave | None = None
-    #: a local mailer's run: the thread each exchange's ledger call runs on while this one
-    #: composes the next wave (a remote mailer's run composes while its sends are out instead)
+    #: a local mailer's run over a database server: the thread each exchange's ledger call runs
+    #: on while this one composes the next wave (a remote mailer's run composes while its sends
+    #: are out instead), and the one the next claim is taken on (`claim_ahead`), each with its
+    #: own connection
     ledger_thread: ThreadPoolExecutor | None = None
-    #: the next claim and its content, taken on the ledger thread behind the exchange that runs
-    #: while the queue's last wave is composed (`claim_ahead`); taken up when the queue is empty
+    claim_thread: ThreadPoolExecutor | None = None
+    #: the next claim and its content, taken while the queue's last wave is composed and
+    #: started; taken up when the queue is empty
     claiming: Future[tuple[list[Claim], Content]] | None = None
 
     #: no more claims this run: nothing came, `max_items` was reached or `should_continue` said so
@@ -575,17 +578,17 @@ class _Run:
         return room > 0 and self.take(room, fresh)
 
     def claim_ahead(self, opened: int) -> None:
-        """Hands the next claim to the ledger thread when the wave composed now empties the queue.
+        """Hands the next claim to the claim thread when the wave composed now empties the queue.
 
-        It runs there behind the exchange just handed over, so its statements overlap this
-        thread's composing and the last waves' recording instead of standing between waves. A
+        It runs there, on its own connection, while this thread composes and the ledger thread
+        records the last waves, instead of standing between waves. A
         crash can strand that claim's leases and the wave composed ahead, never started: one
         wave more than claiming in turn; they come back due when the leases run out. Not while
         the breaker bounds the room: its streak decides how much to claim.
         """
         left = len(self.queued) - (self.size if self.ready is None else 0)
         if (
-            self.ledger_thread is None
+            self.claim_thread is None
             or self.claiming is not None
             or self.drained
             or left > 0
@@ -593,7 +596,7 @@ class _Run:
         ):
             return
         if (room := self.room()) > 0:
-            self.claiming = self.ledger_thread.submit(self.claim_with_content, room)
+            self.claiming = self.claim_thread.submit(self.claim_with_content, room)
 
     def next_wave(self, open_attempts: int, now: datetime) -> Wave | None:
         """Prepares the next wave of queued claims, as large as the breaker allows; None if none.
@@ -680,8 +683,7 @@ class _Run:
             try:
                 if self.ready is None:
                     if not self.queued and self.claiming is not None:
-                        # taken before this recording (the ledger thread runs them in turn):
-                        # the next claim's first wave is composed while the last one's records
+                        # the next claim's first wave is composed while the last one records
                         self.take_claimed_ahead(self.claiming)
                     self.ready = self.next_wave(opened, d.clock.now())
             finally:
@@ -767,9 +769,9 @@ def deliver_due(
     run.done.suppressed = len(deliverer.ledger.cancel_suppressed(deliverer.clock.now(), period))
     # `depth` waves overlap: while some waves' sends are in flight, this thread records the
     # outcomes of the wave that finished and starts the next; together they never hold more
-    # than `concurrency` open attempts. With a ledger thread, the next claim is taken behind the
-    # exchange that runs while the queue's last wave is composed (`_Run.claim_ahead`); without
-    # one, once the queue is empty.
+    # than `concurrency` open attempts. With ledger threads, the next claim is taken while the
+    # queue's last wave is composed and started (`_Run.claim_ahead`); without, once the queue
+    # is empty.
     # When the breaker holds a claim or a wave back, the oldest wave in flight is recorded
     # first: its outcomes say whether the provider takes our messages.
     # A local mailer's send ends before the ledger could record anything (a file link, a
@@ -786,6 +788,7 @@ def deliver_due(
         ThreadPoolExecutor(max_workers=concurrency) if remote else nullcontext() as pool,
         prompt_handover() if overlap else nullcontext(),
         ThreadPoolExecutor(1, "ledger") if overlap else nullcontext() as run.ledger_thread,
+        ThreadPoolExecutor(1, "claims") if overlap else nullcontext() as run.claim_thread,
     ):
         while run.stop is None and run.step(pool):
             pass
