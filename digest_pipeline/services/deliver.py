@@ -581,10 +581,10 @@ class _Run:
         """Hands the next claim to the claim thread when the wave composed now empties the queue.
 
         It runs there, on its own connection, while this thread composes and the ledger thread
-        records the last waves, instead of standing between waves. A
-        crash can strand that claim's leases and the wave composed ahead, never started: one
-        wave more than claiming in turn; they come back due when the leases run out. Not while
-        the breaker bounds the room: its streak decides how much to claim.
+        records the last waves, instead of standing between waves. A crash can strand that
+        claim's leases and the wave composed ahead, never started: one wave more than claiming
+        in turn; they come back due when the leases run out. Not while the breaker bounds the
+        room: its streak decides how much to claim.
         """
         left = len(self.queued) - (self.size if self.ready is None else 0)
         if (

@@ -206,7 +206,7 @@ def test_a_key_revoked_mid_run_stops_it_with_every_claim_recorded_or_given_back(
     # at concurrency 64 the next wave is composed while four are sending: when the breaker opens
     # on a wave's outcomes, that composed wave is never started and its claims go back due; with
     # claims smaller than the period, a local mailer's run has the next claim taken ahead, on its
-    # ledger thread, when the breaker opens, and gives that one back too
+    # claim thread, when the breaker opens, and gives that one back too
     ledger, provider = frozen_ledger(400), FakeMailer(clock=clock)
     mailer = RevokedMidRun(provider, good)
     report = DeliveryReport()

@@ -784,7 +784,7 @@ class StrandedLeasesMailer(FakeMailer):
 
 @pytest.mark.parametrize("claim", [8, 20, 64])
 def test_a_crash_would_strand_at_most_one_claim_and_one_wave_of_leases(clock, claim):
-    # A local mailer's run takes the next claim on its ledger thread while the last wave of the
+    # A local mailer's run takes the next claim on its claim thread while the last wave of the
     # one before is composed: at any send, the leases without an attempt are at most that claim
     # and the wave composed ahead, never two claims.
     ledger = frozen_ledger(150)
