@@ -5,7 +5,7 @@ simulated provider actually delivered, not about how often a method was called.
 """
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import timedelta
 
 import pytest
@@ -37,7 +37,7 @@ from digest_pipeline_tests.builders import (
     state_of,
 )
 from digest_pipeline_tests.conftest import T0, W42
-from digest_pipeline_tests.fakes import FakeComposer, FakeLedger, FakeMailer, FixedClock
+from digest_pipeline_tests.fakes import FakeComposer, FakeMailer, FixedClock
 
 # every test here on both delivery loops: a provider's pool and a local mailer's ledger thread
 pytestmark = pytest.mark.usefixtures("both_mailer_kinds")
@@ -730,22 +730,26 @@ def test_waves_in_flight_never_hold_more_than_concurrency_attempts(concurrency, 
     assert size * depth <= concurrency
 
 
-class OpenAttemptsMailer(FakeMailer):
-    """Records, at every send, how many attempts the sending worker holds open in the ledger."""
+class MostAtSendMailer(FakeMailer):
+    """Records, at every send, the most a ledger count ever was (`most`).
 
-    def __init__(self, ledger: FakeLedger, clock: FixedClock, worker: str, remote: bool) -> None:
+    The count must be one atomic snapshot of the ledger (one lock hold): counted key by key,
+    the deliverer's threads could record a wave and start the next during the walk, and the sum
+    would exceed what was ever there at once.
+    """
+
+    def __init__(
+        self, clock: FixedClock, count: Callable[[], int], remote: bool | None = None
+    ) -> None:
         super().__init__(clock=clock, remote=remote)
-        self._ledger = ledger
-        self._worker = worker
+        self._count = count
         self._lock_most = threading.Lock()
-        self.most_open = 0
+        self.most = 0
 
     def send(self, message: Message, *, idempotency_key: str) -> SendOutcome:
-        # One atomic snapshot: counted key by key, the deliverer thread could record a wave and
-        # start the next during the walk, and the sum would exceed what was ever open at once.
-        open_now = self._ledger.open_attempt_count(self._worker)
+        now = self._count()
         with self._lock_most:
-            self.most_open = max(self.most_open, open_now)
+            self.most = max(self.most, now)
         return super().send(message, idempotency_key=idempotency_key)
 
 
@@ -753,7 +757,7 @@ class OpenAttemptsMailer(FakeMailer):
 @pytest.mark.parametrize("concurrency", [1, 4, 16])
 def test_a_worker_never_has_more_than_concurrency_attempts_open(clock, concurrency, remote):
     ledger = frozen_ledger(60)
-    mailer = OpenAttemptsMailer(ledger, clock, worker="w1", remote=remote)
+    mailer = MostAtSendMailer(clock, lambda: ledger.open_attempt_count("w1"), remote)
 
     report = deliver_due(
         make_deliverer(ledger, mailer, clock, owner="w1"),
@@ -762,24 +766,8 @@ def test_a_worker_never_has_more_than_concurrency_attempts_open(clock, concurren
     )
 
     assert report.outcomes == {"sent": 60}
-    assert 1 <= mailer.most_open <= concurrency
+    assert 1 <= mailer.most <= concurrency
     assert all(mailer.deliveries_for(key_of(n)) == 1 for n in range(1, 61))
-
-
-class StrandedLeasesMailer(FakeMailer):
-    """Records, at every send, how many leases the worker holds with no attempt open."""
-
-    def __init__(self, ledger: FakeLedger, clock: FixedClock, owner: str) -> None:
-        super().__init__(clock=clock)
-        self._ledger, self._owner = ledger, owner
-        self._lock_most = threading.Lock()
-        self.most_unattempted = 0
-
-    def send(self, message: Message, *, idempotency_key: str) -> SendOutcome:
-        unattempted = self._ledger.leased_unattempted_count(self._owner)
-        with self._lock_most:
-            self.most_unattempted = max(self.most_unattempted, unattempted)
-        return super().send(message, idempotency_key=idempotency_key)
 
 
 @pytest.mark.parametrize("claim", [8, 20, 64])
@@ -788,7 +776,8 @@ def test_a_crash_would_strand_at_most_one_claim_and_one_wave_of_leases(clock, cl
     # one before is composed: at any send, the leases without an attempt are at most that claim
     # and the wave composed ahead, never two claims.
     ledger = frozen_ledger(150)
-    mailer = StrandedLeasesMailer(ledger, clock, owner="w1")
+    # what a crash of the worker would leave leased until the leases run out
+    mailer = MostAtSendMailer(clock, lambda: ledger.leased_unattempted_count("w1"))
     concurrency = 4
     size, _ = wave_shape(concurrency, mailer.capabilities.remote)
 
@@ -800,7 +789,7 @@ def test_a_crash_would_strand_at_most_one_claim_and_one_wave_of_leases(clock, cl
 
     assert report.outcomes == {"sent": 150}
     assert all(mailer.deliveries_for(key_of(n)) == 1 for n in range(1, 151))
-    assert 0 < mailer.most_unattempted <= claim + size
+    assert 0 < mailer.most <= claim + size
 
 
 class ClockJumpingComposer(FakeComposer):
