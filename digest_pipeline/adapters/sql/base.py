@@ -115,13 +115,13 @@ def update_many(
     if pg:
         matched = 0
         for chunk in chunked(rows, KEYS):
+            if any(len(m) != len(match) for m, _ in chunk):
+                raise ValueError(f"update_many: each row matches on {len(match)} values")
             # one list a column, each built in one comprehension (a wave's rows, column-wise)
             params: dict[str, list[Any]] = {
                 f"m_{c}": [m[i] for m, _ in chunk] for i, c in enumerate(match)
             }
             params |= {f"s_{c}": [r[c] for _, r in chunk] for c in own}
-            if any(len(m) != len(match) for m, _ in chunk):
-                raise ValueError(f"update_many: each row matches on {len(match)} values")
             matched += conn.execute(stmt, params).rowcount
         return matched
     many = [
