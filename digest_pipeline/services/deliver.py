@@ -479,9 +479,10 @@ class _Run:
     ready: Wave | None = None
     #: a local mailer's run over a database server: the thread each exchange's ledger call runs
     #: on while this one composes the next wave (a remote mailer's run composes while its sends
-    #: are out instead), and the one the next claim is taken on (`claim_ahead`), each with its
-    #: own connection
+    #: are out instead)
     ledger_thread: ThreadPoolExecutor | None = None
+    #: any run over a database server: the thread the next claim is taken on (`claim_ahead`),
+    #: with its own connection
     claim_thread: ThreadPoolExecutor | None = None
     #: the next claim and its content, taken while the queue's last wave is composed and
     #: started; taken up when the queue is empty
@@ -580,8 +581,8 @@ class _Run:
     def claim_ahead(self, opened: int) -> None:
         """Hands the next claim to the claim thread when the wave composed now empties the queue.
 
-        It runs there, on its own connection, while this thread composes and the ledger thread
-        records the last waves, instead of standing between waves. A crash can strand that
+        It runs there, on its own connection, while this thread composes and the last waves
+        send or record, instead of standing between waves. A crash can strand that
         claim's leases and the wave composed ahead, never started: one wave more than claiming
         in turn; they come back due when the leases run out. Not while the breaker bounds the
         room: its streak decides how much to claim.
@@ -620,10 +621,11 @@ class _Run:
         full = len(self.in_flight) == self.depth
         if full and self.stop is None and self.queued and self.ready is None:
             # Compose the next wave while the flight's sends run, so the slot that frees first
-            # waits only for the ledger. Only claims already queued: nothing is claimed ahead.
+            # waits only for the ledger; if it empties the queue, the next claim is taken ahead.
             # Its size is the breaker's room now; outcomes recorded before it starts can start a
             # streak that bounds the room, so it is checked again then.
             self.ready = self.next_wave(self.open_attempts(), self.deliverer.clock.now())
+            self.claim_ahead(self.open_attempts())
         record = self.collect(block=full)
         now = self.deliverer.clock.now()
         fresh: list[Wave] = []
@@ -769,9 +771,9 @@ def deliver_due(
     run.done.suppressed = len(deliverer.ledger.cancel_suppressed(deliverer.clock.now(), period))
     # `depth` waves overlap: while some waves' sends are in flight, this thread records the
     # outcomes of the wave that finished and starts the next; together they never hold more
-    # than `concurrency` open attempts. With ledger threads, the next claim is taken while the
-    # queue's last wave is composed and started (`_Run.claim_ahead`); without, once the queue
-    # is empty.
+    # than `concurrency` open attempts. Over a database server, the next claim is taken on a
+    # thread of its own while the queue's last wave is composed (`_Run.claim_ahead`); on
+    # SQLite, once the queue is empty.
     # When the breaker holds a claim or a wave back, the oldest wave in flight is recorded
     # first: its outcomes say whether the provider takes our messages.
     # A local mailer's send ends before the ledger could record anything (a file link, a
@@ -783,12 +785,15 @@ def deliver_due(
     # remote one (whose pool threads wait for the GIL too) and any run on SQLite.
     remote = deliverer.mailer.capabilities.remote
     overlap = not remote and deliverer.ledger.out_of_process
+    # the claim taken ahead pays on both loops over a database server: latency-bound at 64,
+    # 74.0/73.7 % of the bound without it, 76.3/75.6 % with it
+    ahead = deliverer.ledger.out_of_process
     with (
         fewer_collections(),
         ThreadPoolExecutor(max_workers=concurrency) if remote else nullcontext() as pool,
         prompt_handover() if overlap else nullcontext(),
         ThreadPoolExecutor(1, "ledger") if overlap else nullcontext() as run.ledger_thread,
-        ThreadPoolExecutor(1, "claims") if overlap else nullcontext() as run.claim_thread,
+        ThreadPoolExecutor(1, "claims") if ahead else nullcontext() as run.claim_thread,
     ):
         while run.stop is None and run.step(pool):
             pass

@@ -205,8 +205,8 @@ class RevokedMidRun(SystemicFailureMailer):
 def test_a_key_revoked_mid_run_stops_it_with_every_claim_recorded_or_given_back(clock, good, claim):
     # at concurrency 64 the next wave is composed while four are sending: when the breaker opens
     # on a wave's outcomes, that composed wave is never started and its claims go back due; with
-    # claims smaller than the period, a local mailer's run has the next claim taken ahead, on its
-    # claim thread, when the breaker opens, and gives that one back too
+    # claims smaller than the period, a run over a database server has the next claim taken
+    # ahead, on its claim thread, when the breaker opens, and gives that one back too
     ledger, provider = frozen_ledger(400), FakeMailer(clock=clock)
     mailer = RevokedMidRun(provider, good)
     report = DeliveryReport()

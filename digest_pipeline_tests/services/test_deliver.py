@@ -772,8 +772,8 @@ def test_a_worker_never_has_more_than_concurrency_attempts_open(clock, concurren
 
 @pytest.mark.parametrize("claim", [8, 20, 64])
 def test_a_crash_would_strand_at_most_one_claim_and_one_wave_of_leases(clock, claim):
-    # A local mailer's run takes the next claim on its claim thread while the last wave of the
-    # one before is composed: at any send, the leases without an attempt are at most that claim
+    # A run over a database server takes the next claim on its claim thread while the last
+    # wave of the one before is composed: at any send, the leases without an attempt are at most that claim
     # and the wave composed ahead, never two claims.
     ledger = frozen_ledger(150)
     # what a crash of the worker would leave leased until the leases run out

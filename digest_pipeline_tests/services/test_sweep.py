@@ -179,7 +179,7 @@ def mixed_open_period(clock: FixedClock, mailer: FakeMailer) -> FakeLedger:
     mailer.script(key_of(5), SendOutcome.failed(FailureClass.UNKNOWN, "timeout_after_send"))
     ledger.claim_due(clock.now(), "w-dead", POLICY.lease, limit=1)  # customer 1
     with pytest.raises(WorkerCrash):
-        # one claim only: a local mailer's run would otherwise have taken the next claim ahead
+        # one claim only: a run would otherwise have taken the next claim ahead
         # (customer 3) by the time it crashes, and left it leased until the sweep
         deliver_due(
             make_deliverer(ledger, mailer, clock, policy=POLICY),
