@@ -255,8 +255,9 @@ class SqlBase:
         self._pg = engine.dialect.name == "postgresql"
         #: `Ledger.out_of_process`: PostgreSQL works in its server, SQLite on this process's CPU
         self.out_of_process = self._pg
-        #: PostgreSQL snapshots this ledger fingerprinted whole, by period (`invariants.Seal`)
-        self._seals: dict[str, Seal] = {}
+        #: PostgreSQL snapshots this ledger fingerprinted whole, by period (`invariants.Seal`);
+        #: None on SQLite, which has no row-version stamp to seal with
+        self._seals: dict[str, Seal] | None = {} if self._pg else None
 
     @property
     def engine(self) -> Engine:

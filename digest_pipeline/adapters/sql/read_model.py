@@ -235,4 +235,4 @@ class SqlReadModel(SqlBase, ReadModel, AuditTrail):
         # disk to find double sends, and scanned the cleanups once for each of them
         self._refresh_statistics([attempts, cleanups])
         with self._engine.connect() as conn:
-            return evaluate_invariants(conn, period, now, names, self._seals if self._pg else None)
+            return evaluate_invariants(conn, period, now, names, self._seals)
