@@ -146,6 +146,13 @@ def test_complete_many_mixes_applied_and_lost_transitions_in_order(ledger):
         1,
         FailureClass.THROTTLED,
     )
+    # the item's counters as the wave's updates left them, and the transition's own time
+    assert (dead.first_attempt_at, dead.last_attempt_at, dead.created_at) == (
+        items[c].first_attempt_at,
+        items[c].last_attempt_at,
+        later,
+    )
+    assert dead.first_attempt_at is not None
     assert [(e.key, e.action, e.reason) for e in ledger.audit_log(W42)] == [
         (c, "deliver", "max_age")
     ]

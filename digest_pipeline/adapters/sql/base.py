@@ -124,11 +124,24 @@ def update_many(
             params |= {f"s_{c}": [r[c] for _, r in chunk] for c in own}
             matched += conn.execute(stmt, params).rowcount
         return matched
-    many = [
-        {**{f"m_{c}": x for c, x in zip(match, m, strict=True)}, **{f"s_{c}": r[c] for c in own}}
-        for m, r in rows
-    ]
-    return conn.execute(stmt, many).rowcount
+    if any(len(m) != len(match) for m, _ in rows):
+        raise ValueError(f"update_many: each row matches on {len(match)} values")
+    sql, sources = _positional(stmt, conn.dialect)
+    # the executemany's parameters built column by column, each through its own bind
+    # processing, then zipped into rows: SQLAlchemy's executemany did this row by row
+    index = {f"m_{c}": i for i, c in enumerate(match)}
+    bound: list[list[Any]] = []
+    for name, process, constant in sources:
+        if name in index:
+            i = index[name]
+            values = [m[i] for m, _ in rows]
+        elif name.startswith("s_"):
+            c = name[2:]
+            values = [r[c] for _, r in rows]
+        else:
+            values = [constant] * len(rows)
+        bound.append(values if process is None else [process(v) for v in values])
+    return conn.exec_driver_sql(sql, list(zip(*bound, strict=True))).rowcount
 
 
 def _built(
@@ -175,6 +188,31 @@ def _built(
         _UPDATES.clear()  # a caller passing fresh expressions each time must not grow it forever
     _UPDATES[key] = (stmt, exprs)
     return stmt
+
+
+#: SQLite's form of update_many's statements: the text and, per position, the parameter's
+#: name, bind processor and constant value (None but for an expression's own literal)
+_POSITIONAL: dict[int, tuple[Any, str, list[tuple[str, Callable[[Any], Any] | None, Any]]]] = {}
+
+
+def _positional(
+    stmt: Any, dialect: Dialect
+) -> tuple[str, list[tuple[str, Callable[[Any], Any] | None, Any]]]:
+    """The statement compiled once for `dialect`'s positional parameters (`?`)."""
+    cached = _POSITIONAL.get(id(stmt))
+    if cached is not None and cached[0] is stmt:
+        return cached[1], cached[2]
+    compiled = stmt.compile(dialect=dialect)
+    assert compiled.positiontup is not None, "update_many's SQLite form needs `?` parameters"
+    binds = compiled.binds
+    sources = [
+        (name, _bind(binds[name].type, dialect), binds[name].effective_value)
+        for name in compiled.positiontup
+    ]
+    if len(_POSITIONAL) >= _SHAPES_KEPT:
+        _POSITIONAL.clear()
+    _POSITIONAL[id(stmt)] = (stmt, compiled.string, sources)
+    return compiled.string, sources
 
 
 def insert_rows(conn: Connection, table: Table, rows: Sequence[Mapping[str, Any]]) -> None:

@@ -150,6 +150,52 @@ def _start_on_pg() -> Any:
 
 
 _START_ON_PG = _start_on_pg()
+
+
+def _dead_letters_on_pg() -> Any:
+    """The dead-letter rows of some items on PostgreSQL, copied from the items' rows.
+
+    Each row's own reason and time come in as arrays beside the keys.
+    """
+    given = (
+        func.unnest(
+            bindparam("d_keys", type_=postgresql.ARRAY(wi.c.operation_key.type)),
+            bindparam("d_reasons", type_=postgresql.ARRAY(dead_letters.c.reason.type)),
+            bindparam("d_at", type_=postgresql.ARRAY(dead_letters.c.created_at.type)),
+        )
+        .table_valued("k", "reason", "at")
+        .render_derived(name="dying")
+    )
+    source = (
+        select(
+            wi.c.operation_key,
+            wi.c.period,
+            wi.c.customer_id,
+            given.c.reason,
+            wi.c.last_failure_class,
+            wi.c.attempts,
+            wi.c.first_attempt_at,
+            wi.c.last_attempt_at,
+            given.c.at,
+        )
+        .where(wi.c.operation_key == given.c.k)
+        .order_by(wi.c.operation_key)
+    )
+    columns = [
+        "operation_key",
+        "period",
+        "customer_id",
+        "reason",
+        "last_failure_class",
+        "attempts",
+        "first_attempt_at",
+        "last_attempt_at",
+        "created_at",
+    ]
+    return insert(dead_letters).from_select(columns, source)
+
+
+_DEAD_LETTERS_ON_PG = _dead_letters_on_pg()
 #: what closing an attempt sets (each row its own values) and the guard that it is still open
 _CLOSING: dict[str, ColumnElement[Any] | None] = dict.fromkeys(
     ("finished_at", "outcome", "detail", "provider_message_id", "duplicate")
@@ -451,28 +497,19 @@ class SqlWorkQueue(SqlBase, WorkQueue):
 
     def _record_side_rows(self, conn: Connection, ts: Sequence[Transition]) -> None:
         """The dead-letter, replay and audit rows that go with applied transitions."""
-        dying = [str(t.key) for t in ts if t.dead_letter_reason is not None]
-        after: dict[str, Any] = {}
-        for chunk in chunked(dying, KEYS):
-            q = select(wi).where(wi.c.operation_key.in_(chunk))
-            after.update((r["operation_key"], r) for r in conn.execute(q).mappings())
-        dead = [
-            {
-                "operation_key": str(t.key),
-                "period": str(t.key.period),
-                "customer_id": t.key.customer_id,
-                "reason": t.dead_letter_reason,
-                "last_failure_class": after[str(t.key)]["last_failure_class"],
-                "attempts": after[str(t.key)]["attempts"],
-                "first_attempt_at": after[str(t.key)]["first_attempt_at"],
-                "last_attempt_at": after[str(t.key)]["last_attempt_at"],
-                "created_at": t.at,
-            }
-            for t in ts
-            if t.dead_letter_reason is not None
-        ]
-        if dead:
-            conn.execute(insert(dead_letters), dead)
+        dying = [t for t in ts if t.dead_letter_reason is not None]
+        if self._pg:
+            # each dead letter copies its item's counters as the updates just left them,
+            # straight from the row: one INSERT … SELECT, no read back and no second send
+            for chunk in chunked(dying, KEYS):
+                params = {
+                    "d_keys": [str(t.key) for t in chunk],
+                    "d_reasons": [t.dead_letter_reason for t in chunk],
+                    "d_at": [t.at for t in chunk],
+                }
+                conn.execute(_DEAD_LETTERS_ON_PG, params)
+        else:
+            self._dead_letters_on_sqlite(conn, dying)
         reopened = [((str(t.key),), {"replayed_at": t.at}) for t in ts if t.has(Reopen)]
         if reopened:
             update_many(
@@ -501,6 +538,29 @@ class SqlWorkQueue(SqlBase, WorkQueue):
         ]
         if audits:
             conn.execute(insert(audit_log), audits)
+
+    def _dead_letters_on_sqlite(self, conn: Connection, dying: Sequence[Transition]) -> None:
+        """The dead-letter rows, each item's counters read back after the updates."""
+        after: dict[str, Any] = {}
+        for chunk in chunked([str(t.key) for t in dying], KEYS):
+            q = select(wi).where(wi.c.operation_key.in_(chunk))
+            after.update((r["operation_key"], r) for r in conn.execute(q).mappings())
+        dead = [
+            {
+                "operation_key": str(t.key),
+                "period": str(t.key.period),
+                "customer_id": t.key.customer_id,
+                "reason": t.dead_letter_reason,
+                "last_failure_class": after[str(t.key)]["last_failure_class"],
+                "attempts": after[str(t.key)]["attempts"],
+                "first_attempt_at": after[str(t.key)]["first_attempt_at"],
+                "last_attempt_at": after[str(t.key)]["last_attempt_at"],
+                "created_at": t.at,
+            }
+            for t in dying
+        ]
+        if dead:
+            conn.execute(insert(dead_letters), dead)
 
     def recover_expired_leases(self, now: datetime) -> LeaseRecovery:
         expired = and_(wi.c.state == DeliveryState.CLAIMED.value, wi.c.lease_expires_at <= now)
