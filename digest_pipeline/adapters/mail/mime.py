@@ -66,6 +66,13 @@ def check_message(message: Message) -> None:
 
     It names the header, never its value, which may hold an address or customer content.
     """
+    check_headers(message)
+    if not (_encodable(message.text) and _encodable(message.html or "")):
+        raise RenderError(f"{message.key}: the body is not valid Unicode")
+
+
+def check_headers(message: Message) -> None:
+    """`check_message` without the parts: for a composer whose parts hold only checked text."""
     fields = (
         ("From", message.sender),
         ("To", message.recipient),
@@ -86,8 +93,6 @@ def check_message(message: Message) -> None:
     )
     if not fine:
         _name_the_header(message, fields)
-    if not (_encodable(message.text) and _encodable(message.html or "")):
-        raise RenderError(f"{message.key}: the body is not valid Unicode")
 
 
 def _name_the_header(message: Message, fields: tuple[tuple[str, str], ...]) -> None:

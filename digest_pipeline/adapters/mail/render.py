@@ -24,7 +24,7 @@ from urllib.parse import quote
 import jinja2
 import markupsafe
 
-from digest_pipeline.adapters.mail.mime import check_message, to_bytes
+from digest_pipeline.adapters.mail.mime import check_headers, to_bytes
 from digest_pipeline.domain.catalogue import is_web_link, shown_id
 from digest_pipeline.domain.errors import RenderError
 from digest_pipeline.domain.model import DigestRow, Message, WorkItem, message_id_for
@@ -170,6 +170,8 @@ def _checked_pick(
     title = _one_line(str(title_raw or ""))
     if not title:
         raise _Problem("lacks a title")
+    if not _is_unicode(title):
+        raise _Problem("has a title that is not valid Unicode")
     link = _link(url, "url")
     if link is None:
         raise _Problem("lacks a url")
@@ -281,8 +283,10 @@ class Jinja2Composer(Composer):
         )
         # Only the cheap checks: serialising here cost about 1.2 ms, eight times the rendering,
         # and every mailer that serialises does so anyway, before anything leaves, turning a
-        # refusal into a permanent `render_error`.
-        check_message(message)
+        # refusal into a permanent `render_error`. The parts need no check of their own: every
+        # value they hold was checked as it came in (a pick's fields once a product, the name
+        # here, the shop's name at startup) and the templates are read as UTF-8.
+        check_headers(message)
         return message
 
     def template_context(self, item: WorkItem, rows: Sequence[DigestRow]) -> dict[str, Any]:
@@ -294,12 +298,15 @@ class Jinja2Composer(Composer):
         ordered = sorted(rows, key=lambda r: r.position)
         picks = [pick_of(key, row) for row in ordered]
         names = (r.payload.get("customer_name") for r in ordered)
+        customer_name = next((_one_line(str(n)) for n in names if n), "")
+        if not _is_unicode(customer_name):
+            raise RenderError(f"{key}: the customer name is not valid Unicode")
         return {
             "picks": picks,
             # Jinja2's `map(attribute=…)` filter cost the preheader more than all the rest of it
             "pick_titles": [p.title for p in picks],
             "pick_blocks": self.pick_blocks(picks),
-            "customer_name": next((_one_line(str(n)) for n in names if n), ""),
+            "customer_name": customer_name,
             "shop_name": self._shop_name,
             "period_label": f"week {item.period.week}, {item.period.year}",
             "unsubscribe_url": self._unsubscribe(key.customer_id),
@@ -310,9 +317,12 @@ class Jinja2Composer(Composer):
 
         The last block's closing newline is the digest template's own, after `pick_blocks`.
         """
-        html = "".join([self._pick_html(p) for p in picks])
-        text = "".join([self._pick_text(p, n) for n, p in enumerate(picks, 1)])
-        return _PickBlocks(markupsafe.Markup(html.removesuffix("\n")), text.removesuffix("\n"))
+        html = [self._pick_html(p) for p in picks]
+        text = [self._pick_text(p, n) for n, p in enumerate(picks, 1)]
+        if picks:
+            # only the last block's newline goes, not a copy of the whole part without it
+            html[-1], text[-1] = html[-1].removesuffix("\n"), text[-1].removesuffix("\n")
+        return _PickBlocks(markupsafe.Markup("".join(html)), "".join(text))
 
     @property
     def templates(self) -> Mapping[str, jinja2.Template]:
@@ -333,12 +343,15 @@ class Jinja2Composer(Composer):
         )
 
     def _probe_settings(self) -> str | None:
-        """Why the email package refuses the sender or the unsubscribe link, if it does.
+        """Why the email package refuses the sender or the unsubscribe link, if it does, or
+        why the shop's name cannot be in a part (the parts are not checked per message).
 
         They are the same for every item, and the other per-item header parts (customer id,
         token, Message-ID digest, date) come from fixed alphabets, so one serialisation at the
         longest customer id answers for every message; To and Subject are checked per item.
         """
+        if not _is_unicode(self._shop_name):
+            return "the shop name is not valid Unicode"
         unsubscribe = self._unsubscribe(_PROBE_KEY.customer_id)
         headers = _headers(_PROBE_KEY, unsubscribe, datetime(2026, 1, 5, tzinfo=UTC))
         probe = Message(_PROBE_KEY, "probe@example.invalid", self._sender, "p", "p", None, headers)
