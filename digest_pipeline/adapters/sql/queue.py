@@ -152,6 +152,31 @@ def _start_on_pg() -> Any:
 _START_ON_PG = _start_on_pg()
 
 
+def _attempts_from_items() -> Any:
+    """SQLite's INSERT of one owner's attempts, each from its item's row just started."""
+    source = (
+        select(
+            wi.c.operation_key,
+            wi.c.attempts,
+            wi.c.lease_token,
+            bindparam("a_worker", type_=attempts.c.worker.type),
+            bindparam("a_now", type_=attempts.c.started_at.type),
+            literal(False),
+        )
+        .where(wi.c.operation_key.in_(bindparam("a_keys", expanding=True)))
+        .order_by(wi.c.operation_key)
+    )
+    columns = ["operation_key", "number", "lease_token", "worker", "started_at", "duplicate"]
+    return (
+        insert(attempts)
+        .from_select(columns, source)
+        .returning(attempts.c.operation_key, attempts.c.attempt_id)
+    )
+
+
+_ATTEMPTS_FROM_ITEMS = _attempts_from_items()
+
+
 def _dead_letters_on_pg() -> Any:
     """The dead-letter rows of some items on PostgreSQL, copied from the items' rows.
 
@@ -377,6 +402,15 @@ class SqlWorkQueue(SqlBase, WorkQueue):
                     .returning(wi.c.operation_key, wi.c.attempts)
                 ).all()
             )
+        owners = {c.owner for c in claims}
+        if len(owners) == 1:
+            # each attempt copied from its item's row as the guarded update left it (number and
+            # token), in one statement a chunk: no multi-row VALUES text built per wave
+            started = sorted(numbers)
+            for keys in chunked(started, KEYS):
+                params = {"a_keys": keys, "a_worker": next(iter(owners)), "a_now": now}
+                ids.update(conn.execute(_ATTEMPTS_FROM_ITEMS, params).all())
+            return
         rows = [
             {
                 "operation_key": str(c.key),
