@@ -343,10 +343,10 @@ class Jinja2Composer(Composer):
         )
 
     def _probe_settings(self) -> str | None:
-        """Why the email package refuses the sender or the unsubscribe link, if it does, or
-        why the shop's name cannot be in a part (the parts are not checked per message).
+        """Why the sender, the unsubscribe link or the shop's name cannot be in a message, if so.
 
-        They are the same for every item, and the other per-item header parts (customer id,
+        The shop's name is in the parts, which compose does not check per message. The others
+        are the same for every item, and the other per-item header parts (customer id,
         token, Message-ID digest, date) come from fixed alphabets, so one serialisation at the
         longest customer id answers for every message; To and Subject are checked per item.
         """

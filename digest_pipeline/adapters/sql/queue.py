@@ -206,17 +206,8 @@ def _dead_letters_on_pg() -> Any:
         .where(wi.c.operation_key == given.c.k)
         .order_by(wi.c.operation_key)
     )
-    columns = [
-        "operation_key",
-        "period",
-        "customer_id",
-        "reason",
-        "last_failure_class",
-        "attempts",
-        "first_attempt_at",
-        "last_attempt_at",
-        "created_at",
-    ]
+    # every column but the row's own id and its replay, in the table's order, as selected above
+    columns = [c.name for c in dead_letters.c if c.name not in ("dead_letter_id", "replayed_at")]
     return insert(dead_letters).from_select(columns, source)
 
 
