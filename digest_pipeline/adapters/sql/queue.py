@@ -108,6 +108,10 @@ def _starting(at: Any) -> dict[str, Any]:
     }
 
 
+#: what starting an attempt writes, in the order both INSERT … SELECTs below select it
+_ATTEMPT_COLUMNS = ["operation_key", "number", "lease_token", "worker", "started_at", "duplicate"]
+
+
 def _start_on_pg() -> Any:
     """`start_attempts` on PostgreSQL: the attempts of claims still held, in one statement.
 
@@ -141,10 +145,9 @@ def _start_on_pg() -> Any:
         at,
         literal(False),
     )
-    columns = ["operation_key", "number", "lease_token", "worker", "started_at", "duplicate"]
     return (
         insert(attempts)
-        .from_select(columns, source)
+        .from_select(_ATTEMPT_COLUMNS, source)
         .returning(attempts.c.operation_key, attempts.c.number, attempts.c.attempt_id)
     )
 
@@ -166,10 +169,9 @@ def _attempts_from_items() -> Any:
         .where(wi.c.operation_key.in_(bindparam("a_keys", expanding=True)))
         .order_by(wi.c.operation_key)
     )
-    columns = ["operation_key", "number", "lease_token", "worker", "started_at", "duplicate"]
     return (
         insert(attempts)
-        .from_select(columns, source)
+        .from_select(_ATTEMPT_COLUMNS, source)
         .returning(attempts.c.operation_key, attempts.c.attempt_id)
     )
 
