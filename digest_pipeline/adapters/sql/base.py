@@ -3,6 +3,7 @@
 import json
 import logging
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypeVar
 
@@ -87,7 +88,8 @@ def period_items(period: Period, states: Iterable[DeliveryState] | None) -> Sele
     return q if states is None else q.where(wi.c.state.in_([s.value for s in states]))
 
 
-#: update_many's statements by shape, with the expressions they were built from (see _built)
+#: update_many's statements by shape (SQLite's compiled), with the expressions they were built
+#: from (see _built)
 _UPDATES: dict[tuple[Any, ...], tuple[Any, tuple[ColumnElement[Any], ...]]] = {}
 _SHAPES_KEPT = 256
 
@@ -110,28 +112,34 @@ def update_many(
     own = [c for c, v in columns.items() if v is None]
     if not rows:
         return 0
-    pg = conn.dialect.name == "postgresql"
-    stmt = _built(table, match, columns, where, pg)
-    if pg:
-        matched = 0
-        for chunk in chunked(rows, KEYS):
-            if any(len(m) != len(match) for m, _ in chunk):
-                raise ValueError(f"update_many: each row matches on {len(match)} values")
-            # one list a column, each built in one comprehension (a wave's rows, column-wise)
-            params: dict[str, list[Any]] = {
-                f"m_{c}": [m[i] for m, _ in chunk] for i, c in enumerate(match)
-            }
-            params |= {f"s_{c}": [r[c] for _, r in chunk] for c in own}
-            matched += conn.execute(stmt, params).rowcount
-        return matched
     if any(len(m) != len(match) for m, _ in rows):
         raise ValueError(f"update_many: each row matches on {len(match)} values")
-    sql, sources = _positional(stmt, conn.dialect)
-    # the executemany's parameters built column by column, each through its own bind
-    # processing, then zipped into rows: SQLAlchemy's executemany did this row by row
+    built = _built(table, match, columns, where, conn.dialect)
+    if isinstance(built, _Positional):
+        return _execute_positional(conn, built, match, rows)
+    matched = 0
+    for chunk in chunked(rows, KEYS):
+        # one list a column, each built in one comprehension (a wave's rows, column-wise)
+        params: dict[str, list[Any]] = {
+            f"m_{c}": [m[i] for m, _ in chunk] for i, c in enumerate(match)
+        }
+        params |= {f"s_{c}": [r[c] for _, r in chunk] for c in own}
+        matched += conn.execute(built, params).rowcount
+    return matched
+
+
+def _execute_positional(
+    conn: Connection,
+    built: "_Positional",
+    match: Sequence[str],
+    rows: Sequence[tuple[Sequence[Any], Mapping[str, Any]]],
+) -> int:
+    """SQLite's update_many: one executemany of the statement compiled once."""
+    # the parameters built column by column, each through its own bind processing, then
+    # zipped into rows: SQLAlchemy's executemany did this row by row
     index = {f"m_{c}": i for i, c in enumerate(match)}
     bound: list[list[Any]] = []
-    for name, process, constant in sources:
+    for name, process, constant in built.sources:
         if name in index:
             i = index[name]
             values = [m[i] for m, _ in rows]
@@ -141,7 +149,7 @@ def update_many(
         else:
             values = [constant] * len(rows)
         bound.append(values if process is None else [process(v) for v in values])
-    return conn.exec_driver_sql(sql, list(zip(*bound, strict=True))).rowcount
+    return conn.exec_driver_sql(built.sql, list(zip(*bound, strict=True))).rowcount
 
 
 def _built(
@@ -149,16 +157,18 @@ def _built(
     match: Sequence[str],
     columns: Mapping[str, ColumnElement[Any] | None],
     where: Sequence[ColumnElement[bool]],
-    pg: bool,
+    dialect: Dialect,
 ) -> Any:
     """update_many's statement for this shape, built once (not rebuilt and re-keyed a wave).
 
     The cache is keyed by the ids of the expressions, so a hit is taken only while the very
     same expression objects are passed (module constants); an id reused by a new object after
-    the old one was freed fails the identity check and the statement is built anew.
+    the old one was freed fails the identity check and the statement is built anew. SQLite's
+    is kept compiled, as a `_Positional`.
     """
     exprs = tuple(e for e in (*columns.values(), *where) if e is not None)
     shape = tuple((c, None if e is None else id(e)) for c, e in columns.items())
+    pg = dialect.name == "postgresql"
     key = (table.name, tuple(match), shape, tuple(id(w) for w in where), pg)
     cached = _UPDATES.get(key)
     if cached is not None and all(a is b for a, b in zip(cached[1], exprs, strict=True)):
@@ -184,24 +194,24 @@ def _built(
             .where(*(table.c[c] == bindparam(f"m_{c}") for c in match), *where)
             .values({c: bindparam(f"s_{c}") if e is None else e for c, e in columns.items()})
         )
+    built = stmt if pg else _positional(stmt, dialect)
     if len(_UPDATES) >= _SHAPES_KEPT:
         _UPDATES.clear()  # a caller passing fresh expressions each time must not grow it forever
-    _UPDATES[key] = (stmt, exprs)
-    return stmt
+    _UPDATES[key] = (built, exprs)
+    return built
 
 
-#: SQLite's form of update_many's statements: the text and, per position, the parameter's
-#: name, bind processor and constant value (None but for an expression's own literal)
-_POSITIONAL: dict[int, tuple[Any, str, list[tuple[str, Callable[[Any], Any] | None, Any]]]] = {}
+@dataclass(frozen=True)
+class _Positional:
+    """An update_many statement compiled for SQLite's positional parameters (`?`)."""
+
+    sql: str
+    #: per position: the parameter's name, its bind processor, and its value when it is an
+    #: expression's own literal (None for a row's value)
+    sources: list[tuple[str, Callable[[Any], Any] | None, Any]]
 
 
-def _positional(
-    stmt: Any, dialect: Dialect
-) -> tuple[str, list[tuple[str, Callable[[Any], Any] | None, Any]]]:
-    """The statement compiled once for `dialect`'s positional parameters (`?`)."""
-    cached = _POSITIONAL.get(id(stmt))
-    if cached is not None and cached[0] is stmt:
-        return cached[1], cached[2]
+def _positional(stmt: Any, dialect: Dialect) -> _Positional:
     compiled = stmt.compile(dialect=dialect)
     assert compiled.positiontup is not None, "update_many's SQLite form needs `?` parameters"
     binds = compiled.binds
@@ -209,10 +219,7 @@ def _positional(
         (name, _bind(binds[name].type, dialect), binds[name].effective_value)
         for name in compiled.positiontup
     ]
-    if len(_POSITIONAL) >= _SHAPES_KEPT:
-        _POSITIONAL.clear()
-    _POSITIONAL[id(stmt)] = (stmt, compiled.string, sources)
-    return compiled.string, sources
+    return _Positional(compiled.string, sources)
 
 
 def insert_rows(conn: Connection, table: Table, rows: Sequence[Mapping[str, Any]]) -> None:
