@@ -70,8 +70,13 @@ def shown_id(product_id: object) -> str:
     return ascii(text)[:_ID_MAX]
 
 
-def _encodable(text: str) -> bool:
-    # a lone surrogate from a badly decoded source cannot be sent in any message
+def encodable(text: str) -> bool:
+    """Whether UTF-8 can encode `text`; a message cannot carry text that it cannot.
+
+    A lone surrogate from a badly decoded source fails both the wire form and a provider's JSON.
+    """
+    if text.isascii():
+        return True
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
@@ -85,7 +90,7 @@ def _text_ok(value: object, limit: int) -> bool:
         and bool(value.strip())
         and len(value) <= limit
         and not _CONTROL.search(value)
-        and _encodable(value)
+        and encodable(value)
     )
 
 
@@ -97,7 +102,7 @@ def is_web_link(value: object) -> bool:
     """
     if not isinstance(value, str) or not value or len(value) > _URL_MAX:
         return False
-    if _NOT_IN_URL.search(value) or _CONTROL.search(value) or not _encodable(value):
+    if _NOT_IN_URL.search(value) or _CONTROL.search(value) or not encodable(value):
         return False
     try:
         parts = urlsplit(value)

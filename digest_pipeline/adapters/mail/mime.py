@@ -12,6 +12,7 @@ from email.headerregistry import BaseHeader, HeaderRegistry
 from email.message import EmailMessage
 from email.policy import SMTP
 
+from digest_pipeline.domain.catalogue import encodable
 from digest_pipeline.domain.errors import RenderError
 from digest_pipeline.domain.model import Message
 
@@ -50,24 +51,13 @@ _FIELD_NAME = re.compile(r"[!-9;-~]+")
 _FIELD_NAMES = re.compile(r"[!-9;-~]+(?:\t[!-9;-~]+)*")
 
 
-def _encodable(text: str) -> bool:
-    # A lone surrogate (from a badly decoded source) fails both the wire form and httpx's JSON.
-    if text.isascii():
-        return True
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
-
-
 def check_message(message: Message) -> None:
     """Raises RenderError for a header or part no mailer may send; a few µs a message.
 
     It names the header, never its value, which may hold an address or customer content.
     """
     check_headers(message)
-    if not (_encodable(message.text) and _encodable(message.html or "")):
+    if not (encodable(message.text) and encodable(message.html or "")):
         raise RenderError(f"{message.key}: the body is not valid Unicode")
 
 
@@ -89,7 +79,7 @@ def check_headers(message: Message) -> None:
         and _FIELD_NAMES.fullmatch(names) is not None
         and _LINE_BREAK.search(values) is None
         and all(len(name) + 2 + len(value) <= MAX_LINE for name, value in fields)
-        and _encodable(values)
+        and encodable(values)
     )
     if not fine:
         _name_the_header(message, fields)
@@ -106,7 +96,7 @@ def _name_the_header(message: Message, fields: tuple[tuple[str, str], ...]) -> N
         # Subject with spaces, but never an address or a URL, and no header here needs it
         if len(name) + 2 + len(value) > MAX_LINE:
             raise RenderError(f"{message.key}: header {name} is longer than {MAX_LINE} characters")
-        if not _encodable(value):
+        if not encodable(value):
             raise RenderError(f"{message.key}: header {name} is not valid Unicode")
     raise RenderError(f"{message.key}: a header cannot be sent")  # the checks above disagree
 

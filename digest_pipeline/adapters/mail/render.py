@@ -25,7 +25,7 @@ import jinja2
 import markupsafe
 
 from digest_pipeline.adapters.mail.mime import check_headers, to_bytes
-from digest_pipeline.domain.catalogue import is_web_link, shown_id
+from digest_pipeline.domain.catalogue import encodable, is_web_link, shown_id
 from digest_pipeline.domain.errors import RenderError
 from digest_pipeline.domain.model import DigestRow, Message, WorkItem, message_id_for
 from digest_pipeline.domain.periods import FIRST_PERIOD, OperationKey
@@ -113,14 +113,6 @@ class _PickBlocks:
     text: str
 
 
-def _is_unicode(text: str) -> bool:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:  # a lone surrogate from a badly decoded source
-        return False
-    return True
-
-
 def _where(row: DigestRow) -> str:
     """`digest row 2 (product prod-0042)`: where a refusal is, by position and product id only."""
     product_id = row.payload.get("product_id")
@@ -142,7 +134,7 @@ def _link(value: object, name: str) -> str | None:
     # Autoescaping does not stop a `javascript:` href: only web links may reach the HTML, by
     # the rule that screens the catalogue, so a row content generation wrote always renders.
     if not is_web_link(value):
-        if not _is_unicode(str(value)):
+        if not encodable(str(value)):
             raise _Problem(f"has a {name} that is not valid Unicode")
         raise _Problem(f"has an invalid {name}")
     return str(value)
@@ -170,7 +162,7 @@ def _checked_pick(
     title = _one_line(str(title_raw or ""))
     if not title:
         raise _Problem("lacks a title")
-    if not _is_unicode(title):
+    if not encodable(title):
         raise _Problem("has a title that is not valid Unicode")
     link = _link(url, "url")
     if link is None:
@@ -299,7 +291,7 @@ class Jinja2Composer(Composer):
         picks = [pick_of(key, row) for row in ordered]
         names = (r.payload.get("customer_name") for r in ordered)
         customer_name = next((_one_line(str(n)) for n in names if n), "")
-        if not _is_unicode(customer_name):
+        if not encodable(customer_name):
             raise RenderError(f"{key}: the customer name is not valid Unicode")
         return {
             "picks": picks,
@@ -350,7 +342,7 @@ class Jinja2Composer(Composer):
         token, Message-ID digest, date) come from fixed alphabets, so one serialisation at the
         longest customer id answers for every message; To and Subject are checked per item.
         """
-        if not _is_unicode(self._shop_name):
+        if not encodable(self._shop_name):
             return "the shop name is not valid Unicode"
         unsubscribe = self._unsubscribe(_PROBE_KEY.customer_id)
         headers = _headers(_PROBE_KEY, unsubscribe, datetime(2026, 1, 5, tzinfo=UTC))
