@@ -2,7 +2,8 @@
 
 Dagster reads exactly one `dagster.yaml` from DAGSTER_HOME and fails on an unset `{env: …}`, so
 the storage block is chosen here: SQLite inside DAGSTER_HOME by default, PostgreSQL through
-dagster-postgres when `DAGSTER_PG_URL` or `DAGSTER_PG_HOST` is set.
+dagster-postgres when `DAGSTER_PG_URL` or `DAGSTER_PG_HOST` is set (with the event log's
+connection pooled: `digest_pipeline.dagster_storage`).
 
 Dagster creates its SQLite schema on the first `DagsterInstance` of a home, and two processes
 doing that at once collide (`table alembic_version already exists`). So the file is written and
@@ -25,6 +26,8 @@ DEFAULT_HOME = Path(".digest") / "dagster_home"
 #: held (flock, exclusive) while the home's file is written and its storage created
 LOCK_FILE = ".digest-instance.lock"
 PG_SCHEME = "postgresql+psycopg2"
+#: named as text: importing it here would load Dagster for every storage-block check
+STORAGE_MODULE = "digest_pipeline.dagster_storage"
 PG_FIELDS = {
     "DAGSTER_PG_USERNAME": "username",
     "DAGSTER_PG_PASSWORD": "password",
@@ -40,7 +43,9 @@ def storage_block(env: Mapping[str, str]) -> dict[str, object] | None:
     dagster-postgres 0.29 writes `NOTIFY run_events, :id` with a bound parameter, which only
     psycopg2's client-side binding accepts; SQLAlchemy 2.1 maps a plain `postgresql://` to
     psycopg 3, and then every event write fails. So the driver must be psycopg2, named in the
-    URL or set as the `scheme` of the field form.
+    URL or set as the `scheme` of the field form. The block names dagster-postgres's storage
+    with a pooled event log (`dagster_storage.PooledPostgresStorage`), configured as
+    `storage: postgres:` would be.
     """
     url = env.get("DAGSTER_PG_URL")
     if url:
@@ -49,7 +54,7 @@ def storage_block(env: Mapping[str, str]) -> dict[str, object] | None:
                 f"DAGSTER_PG_URL must name the psycopg2 driver ({PG_SCHEME}://user@host/db): "
                 "dagster-postgres cannot write events through psycopg 3"
             )
-        return {"postgres": {"postgres_url": {"env": "DAGSTER_PG_URL"}}}
+        return _pooled({"postgres_url": {"env": "DAGSTER_PG_URL"}})
     if env.get("DAGSTER_PG_HOST"):
         fields: dict[str, object] = {
             field: {"env": name} for name, field in PG_FIELDS.items() if env.get(name)
@@ -57,8 +62,14 @@ def storage_block(env: Mapping[str, str]) -> dict[str, object] | None:
         fields.setdefault("db_name", "dagster")
         fields.setdefault("username", "postgres")
         fields["scheme"] = PG_SCHEME
-        return {"postgres": {"postgres_db": fields}}
+        return _pooled({"postgres_db": fields})
     return None
+
+
+def _pooled(config: dict[str, object]) -> dict[str, object]:
+    return {
+        "custom": {"module": STORAGE_MODULE, "class": "PooledPostgresStorage", "config": config}
+    }
 
 
 @contextmanager

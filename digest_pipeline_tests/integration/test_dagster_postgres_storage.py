@@ -10,6 +10,7 @@ each test gets its own database on it, created here and dropped afterwards, so r
 the same server never see an earlier run's rows.
 """
 
+import multiprocessing
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,8 +18,9 @@ from pathlib import Path
 import dagster as dg
 import pytest
 import sqlalchemy as sa
-from dagster_postgres import PostgresEventLogStorage, PostgresRunStorage, PostgresScheduleStorage
+from dagster_postgres import PostgresRunStorage, PostgresScheduleStorage
 
+from digest_pipeline.dagster_storage import KEPT, OVERFLOW, PooledPostgresEventLogStorage
 from digest_pipeline.instance import prepare_home
 from digest_pipeline.rigs.bootstrap import PROJECT_ROOT
 from digest_pipeline.rigs.servers.webserver import ASSETS, JOB, PARTITION, seed_week
@@ -94,10 +96,13 @@ def test_a_week_run_on_postgres_storage_is_read_back_from_postgres(
     assert dagster_pg_url not in (home / "dagster.yaml").read_text(encoding="utf-8")
 
     instance = dg.DagsterInstance.from_config(str(home))
+    connects: list[int] = []
     try:
         assert isinstance(instance.run_storage, PostgresRunStorage)
-        assert isinstance(instance.event_log_storage, PostgresEventLogStorage)
+        assert isinstance(instance.event_log_storage, PooledPostgresEventLogStorage)
         assert isinstance(instance.schedule_storage, PostgresScheduleStorage)
+        engine = instance.event_log_storage._engine
+        sa.event.listen(engine, "connect", lambda *_: connects.append(1))
         result = materialize_week(instance)
     finally:
         instance.dispose()
@@ -163,6 +168,9 @@ def test_a_week_run_on_postgres_storage_is_read_back_from_postgres(
                 ),
                 {"run": run_id},
             ).all()
+            events = conn.execute(
+                sa.text("SELECT count(*) FROM event_logs WHERE run_id = :run"), {"run": run_id}
+            ).scalar_one()
             checked = conn.execute(
                 sa.text(
                     "SELECT asset_key, check_name, partition, execution_status"
@@ -173,6 +181,8 @@ def test_a_week_run_on_postgres_storage_is_read_back_from_postgres(
     finally:
         engine.dispose()
     assert [tuple(r) for r in rows] == [(run_id, JOB, "SUCCESS", PARTITION)]
+    # the event log reuses its connections: dagster-postgres alone made one for every event
+    assert len(connects) <= KEPT + OVERFLOW < events
     assert tag == PARTITION
     assert sorted(tuple(r) for r in materialized) == sorted(
         (dg.AssetKey(a).to_string(), PARTITION) for a in ASSETS
@@ -214,3 +224,34 @@ def test_a_plain_postgresql_url_is_refused_before_anything_runs(
     with pytest.raises(InvalidSetting, match="psycopg2"):
         prepare_home(PROJECT_ROOT, {"DAGSTER_PG_URL": plain}, tmp_path / "home")
     assert not (tmp_path / "home" / "dagster.yaml").exists()
+
+
+def _backend_of(
+    storage: PooledPostgresEventLogStorage, answer: "multiprocessing.Queue[int]"
+) -> None:
+    with storage._engine.connect() as conn:
+        answer.put(conn.execute(sa.text("SELECT pg_backend_pid()")).scalar_one())
+
+
+def test_a_forked_process_never_uses_the_event_logs_pooled_connection(
+    dagster_pg_url: str,
+) -> None:
+    """A Celery prefork worker inherits the pool: its events go over a connection of its own."""
+    storage = PooledPostgresEventLogStorage(dagster_pg_url)
+    try:
+        answer: multiprocessing.Queue[int] = multiprocessing.Queue()
+        _backend_of(storage, answer)
+        parent = answer.get(timeout=60)
+        child = multiprocessing.get_context("fork").Process(
+            target=_backend_of, args=(storage, answer)
+        )
+        child.start()
+        forked = answer.get(timeout=60)
+        child.join(timeout=60)
+        assert child.exitcode == 0
+        _backend_of(storage, answer)
+        assert forked != parent
+        # and the parent's kept connection is still its own, alive and reused
+        assert answer.get(timeout=60) == parent
+    finally:
+        storage.dispose()

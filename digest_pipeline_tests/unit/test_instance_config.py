@@ -23,10 +23,21 @@ def test_the_embedded_default_is_dagsters_own_sqlite_storage_in_the_home(tmp_pat
         instance.dispose()
 
 
-def test_a_postgres_url_moves_storage_to_dagster_postgres():
-    assert storage_block({"DAGSTER_PG_URL": "postgresql+psycopg2://u@h/db"}) == {
-        "postgres": {"postgres_url": {"env": "DAGSTER_PG_URL"}}
+def pooled(config: dict[str, object]) -> dict[str, object]:
+    """dagster-postgres's storage with the pooled event log, configured with `config`."""
+    return {
+        "custom": {
+            "module": "digest_pipeline.dagster_storage",
+            "class": "PooledPostgresStorage",
+            "config": config,
+        }
     }
+
+
+def test_a_postgres_url_moves_storage_to_dagster_postgres():
+    assert storage_block({"DAGSTER_PG_URL": "postgresql+psycopg2://u@h/db"}) == pooled(
+        {"postgres_url": {"env": "DAGSTER_PG_URL"}}
+    )
 
 
 def test_a_postgres_url_without_the_psycopg2_driver_is_refused_in_one_line():
@@ -37,8 +48,8 @@ def test_a_postgres_url_without_the_psycopg2_driver_is_refused_in_one_line():
 
 def test_postgres_fields_name_only_the_variables_that_are_set():
     block = storage_block({"DAGSTER_PG_HOST": "db", "DAGSTER_PG_PASSWORD": "pw"})
-    assert block == {
-        "postgres": {
+    assert block == pooled(
+        {
             "postgres_db": {
                 "password": {"env": "DAGSTER_PG_PASSWORD"},
                 "hostname": {"env": "DAGSTER_PG_HOST"},
@@ -47,4 +58,4 @@ def test_postgres_fields_name_only_the_variables_that_are_set():
                 "scheme": "postgresql+psycopg2",
             }
         }
-    }
+    )

@@ -1,0 +1,128 @@
+"""Dagster's PostgreSQL storage with a pooled event log: one held connection per process.
+
+dagster-postgres opens a new connection for every event it stores (a `NullPool`), so a run on
+PostgreSQL storage paid a connection set-up, and the server a backend process, for each of
+its event rows: 0.8 s of a 100,000-customer week (README, issue 15's tenth round). This
+storage keeps one connection (more only while threads write at once) and checks it is alive
+before each use; a connection made before a `fork` is never used by the child.
+"""
+
+import os
+from typing import Any, TypeVar
+
+from dagster._serdes import ConfigurableClassData
+from dagster_postgres import DagsterPostgresStorage, PostgresEventLogStorage
+from dagster_postgres.utils import (
+    create_pg_engine,
+    get_token_provider_from_config,
+    pg_url_from_config,
+)
+from sqlalchemy import event, exc
+from sqlalchemy.engine import Engine
+from sqlalchemy.pool import ConnectionPoolEntry
+
+S = TypeVar("S", "PooledPostgresEventLogStorage", "PooledPostgresStorage")
+#: connections kept per process; threads writing at once get more, closed when given back
+KEPT = 1
+OVERFLOW = 10
+#: seconds before a kept connection is replaced, as dagster-webserver's own pool does
+RECYCLE_S = 3600
+
+
+def _pooled_engine(url: str, token_provider: Any) -> Engine:
+    engine = create_pg_engine(
+        url,
+        token_provider,
+        isolation_level="AUTOCOMMIT",
+        pool_size=KEPT,
+        max_overflow=OVERFLOW,
+        pool_recycle=RECYCLE_S,
+        # one round trip per checkout instead of dagster-postgres's new connection; it turns a
+        # server restart between two events into a fresh connection, not a failed event write
+        pool_pre_ping=True,
+    )
+    # SQLAlchemy's recipe for pools and os.fork: a connection belongs to the process that made
+    # it, and a forked child (a Celery prefork worker) makes its own.
+    event.listen(engine, "connect", _remember_pid)
+    event.listen(engine, "checkout", _refuse_other_pid)
+    return engine
+
+
+def _remember_pid(_: Any, record: ConnectionPoolEntry) -> None:
+    record.info["pid"] = os.getpid()
+
+
+def _refuse_other_pid(_: Any, record: Any, proxy: Any) -> None:
+    # `Any`: the pool's own record and proxy, whose connection attributes the interfaces hide
+    if record.info.get("pid") != os.getpid():
+        # dropped without a close: the socket is still the parent's
+        record.dbapi_connection = proxy.dbapi_connection = None
+        raise exc.DisconnectionError("connection made by another process")
+
+
+def _from_config(cls: type[S], inst_data: ConfigurableClassData | None, config_value: Any) -> S:
+    """A storage from its `dagster.yaml` config, as dagster-postgres's classes read it."""
+    return cls(
+        inst_data=inst_data,
+        postgres_url=pg_url_from_config(config_value),
+        should_autocreate_tables=config_value.get("should_autocreate_tables", True),
+        token_provider=get_token_provider_from_config(config_value),
+    )
+
+
+class PooledPostgresEventLogStorage(PostgresEventLogStorage):
+    """`PostgresEventLogStorage` that reuses its connection between events."""
+
+    def __init__(
+        self,
+        postgres_url: str,
+        should_autocreate_tables: bool = True,
+        inst_data: ConfigurableClassData | None = None,
+        token_provider: Any = None,
+    ) -> None:
+        super().__init__(postgres_url, should_autocreate_tables, inst_data, token_provider)
+        # the parent made a NullPool engine (and used it to create the tables): it holds nothing
+        self._engine = _pooled_engine(postgres_url, token_provider)
+
+    @classmethod
+    def from_config_value(
+        cls, inst_data: ConfigurableClassData | None, config_value: Any
+    ) -> "PooledPostgresEventLogStorage":
+        return _from_config(cls, inst_data, config_value)
+
+    def optimize_for_webserver(
+        self, statement_timeout: int, pool_recycle: int, max_overflow: int
+    ) -> None:
+        self._engine.dispose()  # the webserver's own pool replaces this one
+        super().optimize_for_webserver(statement_timeout, pool_recycle, max_overflow)
+
+    def dispose(self) -> None:
+        super().dispose()
+        self._engine.dispose()
+
+
+class PooledPostgresStorage(DagsterPostgresStorage):
+    """dagster-postgres's storage (`storage: postgres:`) with the pooled event log above.
+
+    Named in `dagster.yaml` as `storage: custom:` (digest_pipeline.instance); its config is
+    `storage: postgres:`'s. A run worker's or step process's instance, rebuilt from the run's
+    instance reference, is this class again (the reference names it as the unified storage).
+    """
+
+    def __init__(
+        self,
+        postgres_url: str,
+        should_autocreate_tables: bool = True,
+        inst_data: ConfigurableClassData | None = None,
+        token_provider: Any = None,
+    ) -> None:
+        super().__init__(postgres_url, should_autocreate_tables, inst_data, token_provider)
+        self._event_log_storage = PooledPostgresEventLogStorage(
+            postgres_url, should_autocreate_tables, token_provider=token_provider
+        )
+
+    @classmethod
+    def from_config_value(
+        cls, inst_data: ConfigurableClassData | None, config_value: Any
+    ) -> "PooledPostgresStorage":
+        return _from_config(cls, inst_data, config_value)
