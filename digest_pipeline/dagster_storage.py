@@ -1,17 +1,18 @@
-"""Dagster's PostgreSQL storage with a pooled event log: one held connection per process.
+"""Dagster's PostgreSQL storage with pooled connections: one held per process and store.
 
-dagster-postgres opens a new connection for every event it stores (a `NullPool`), so a run on
-PostgreSQL storage paid a connection set-up, and the server a backend process, for each of
-its event rows: 0.8 s of a 100,000-customer week (README, issue 15's tenth round). This
-storage keeps one connection (more only while threads write at once) and checks it is alive
-before each use; a connection made before a `fork` is never used by the child.
+dagster-postgres opens a new connection for every event it stores and every run it reads or
+updates (a `NullPool`), so a run on PostgreSQL storage paid a connection set-up, and the server
+a backend process, for each of its event rows: about 1 s of a 100,000-customer week (README,
+issue 15's tenth round). The event log and run storage here keep one connection each (more
+only while threads use them at once) and check it is alive before each use; a connection made
+before a `fork` is never used by the child.
 """
 
 import os
 from typing import Any, TypeVar
 
 from dagster._serdes import ConfigurableClassData
-from dagster_postgres import DagsterPostgresStorage, PostgresEventLogStorage
+from dagster_postgres import DagsterPostgresStorage, PostgresEventLogStorage, PostgresRunStorage
 from dagster_postgres.utils import (
     create_pg_engine,
     get_token_provider_from_config,
@@ -21,7 +22,7 @@ from sqlalchemy import event, exc
 from sqlalchemy.engine import Engine
 from sqlalchemy.pool import ConnectionPoolEntry
 
-S = TypeVar("S", "PooledPostgresEventLogStorage", "PooledPostgresStorage")
+S = TypeVar("S", bound="_Configured")
 #: connections kept per process; threads writing at once get more, closed when given back
 KEPT = 1
 OVERFLOW = 10
@@ -60,18 +61,37 @@ def _refuse_other_pid(_: Any, record: Any, proxy: Any) -> None:
         raise exc.DisconnectionError("connection made by another process")
 
 
-def _from_config(cls: type[S], inst_data: ConfigurableClassData | None, config_value: Any) -> S:
-    """A storage from its `dagster.yaml` config, as dagster-postgres's classes read it."""
-    return cls(
-        inst_data=inst_data,
-        postgres_url=pg_url_from_config(config_value),
-        should_autocreate_tables=config_value.get("should_autocreate_tables", True),
-        token_provider=get_token_provider_from_config(config_value),
-    )
+class _Configured:
+    """A storage made from `storage: postgres:`'s config, as dagster-postgres's classes are."""
+
+    def __init__(
+        self,
+        postgres_url: str,
+        should_autocreate_tables: bool = True,
+        inst_data: ConfigurableClassData | None = None,
+        token_provider: Any = None,
+    ) -> None:
+        # the next class in the MRO is the dagster-postgres storage this one is mixed into
+        super().__init__(  # type: ignore[call-arg]
+            postgres_url, should_autocreate_tables, inst_data, token_provider
+        )
+
+    @classmethod
+    def from_config_value(
+        cls: type[S], inst_data: ConfigurableClassData | None, config_value: Any
+    ) -> S:
+        return cls(
+            inst_data=inst_data,
+            postgres_url=pg_url_from_config(config_value),
+            should_autocreate_tables=config_value.get("should_autocreate_tables", True),
+            token_provider=get_token_provider_from_config(config_value),
+        )
 
 
-class PooledPostgresEventLogStorage(PostgresEventLogStorage):
-    """`PostgresEventLogStorage` that reuses its connection between events."""
+class _Pooled(_Configured):
+    """Mixed in before a dagster-postgres store: its `NullPool` engine swapped for a pooled one."""
+
+    _engine: Engine
 
     def __init__(
         self,
@@ -81,32 +101,38 @@ class PooledPostgresEventLogStorage(PostgresEventLogStorage):
         token_provider: Any = None,
     ) -> None:
         super().__init__(postgres_url, should_autocreate_tables, inst_data, token_provider)
-        # the parent made a NullPool engine (and used it to create the tables): it holds nothing
+        # the store made a NullPool engine (and used it to create its tables): it holds nothing
         self._engine = _pooled_engine(postgres_url, token_provider)
-
-    @classmethod
-    def from_config_value(
-        cls, inst_data: ConfigurableClassData | None, config_value: Any
-    ) -> "PooledPostgresEventLogStorage":
-        return _from_config(cls, inst_data, config_value)
 
     def optimize_for_webserver(
         self, statement_timeout: int, pool_recycle: int, max_overflow: int
     ) -> None:
         self._engine.dispose()  # the webserver's own pool replaces this one
-        super().optimize_for_webserver(statement_timeout, pool_recycle, max_overflow)
+        super().optimize_for_webserver(  # type: ignore[misc]
+            statement_timeout, pool_recycle, max_overflow
+        )
 
     def dispose(self) -> None:
-        super().dispose()
+        super().dispose()  # type: ignore[misc]
         self._engine.dispose()
 
 
-class PooledPostgresStorage(DagsterPostgresStorage):
-    """dagster-postgres's storage (`storage: postgres:`) with the pooled event log above.
+class PooledPostgresEventLogStorage(_Pooled, PostgresEventLogStorage):
+    """`PostgresEventLogStorage` that reuses its connection between events."""
+
+
+class PooledPostgresRunStorage(_Pooled, PostgresRunStorage):
+    """`PostgresRunStorage` that reuses its connection between reads and updates of runs."""
+
+
+class PooledPostgresStorage(_Configured, DagsterPostgresStorage):
+    """dagster-postgres's storage (`storage: postgres:`) with the pooled stores above.
 
     Named in `dagster.yaml` as `storage: custom:` (digest_pipeline.instance); its config is
     `storage: postgres:`'s. A run worker's or step process's instance, rebuilt from the run's
     instance reference, is this class again (the reference names it as the unified storage).
+    The schedule storage is dagster-postgres's own: the daemon alone uses it, a few times a
+    minute.
     """
 
     def __init__(
@@ -117,12 +143,10 @@ class PooledPostgresStorage(DagsterPostgresStorage):
         token_provider: Any = None,
     ) -> None:
         super().__init__(postgres_url, should_autocreate_tables, inst_data, token_provider)
+        # the NullPool stores the parent made hold no connection: replaced, not disposed
         self._event_log_storage = PooledPostgresEventLogStorage(
             postgres_url, should_autocreate_tables, token_provider=token_provider
         )
-
-    @classmethod
-    def from_config_value(
-        cls, inst_data: ConfigurableClassData | None, config_value: Any
-    ) -> "PooledPostgresStorage":
-        return _from_config(cls, inst_data, config_value)
+        self._run_storage = PooledPostgresRunStorage(
+            postgres_url, should_autocreate_tables, token_provider=token_provider
+        )

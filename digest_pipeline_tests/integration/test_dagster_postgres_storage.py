@@ -20,7 +20,12 @@ import pytest
 import sqlalchemy as sa
 from dagster_postgres import PostgresRunStorage, PostgresScheduleStorage
 
-from digest_pipeline.dagster_storage import KEPT, OVERFLOW, PooledPostgresEventLogStorage
+from digest_pipeline.dagster_storage import (
+    KEPT,
+    OVERFLOW,
+    PooledPostgresEventLogStorage,
+    PooledPostgresRunStorage,
+)
 from digest_pipeline.instance import prepare_home
 from digest_pipeline.rigs.bootstrap import PROJECT_ROOT
 from digest_pipeline.rigs.servers.webserver import ASSETS, JOB, PARTITION, seed_week
@@ -96,13 +101,20 @@ def test_a_week_run_on_postgres_storage_is_read_back_from_postgres(
     assert dagster_pg_url not in (home / "dagster.yaml").read_text(encoding="utf-8")
 
     instance = dg.DagsterInstance.from_config(str(home))
-    connects: list[int] = []
+    connects: dict[str, int] = {"events": 0, "runs": 0}
+
+    def count(store: str) -> None:
+        connects[store] += 1
+
     try:
-        assert isinstance(instance.run_storage, PostgresRunStorage)
+        assert isinstance(instance.run_storage, PooledPostgresRunStorage)
         assert isinstance(instance.event_log_storage, PooledPostgresEventLogStorage)
         assert isinstance(instance.schedule_storage, PostgresScheduleStorage)
-        engine = instance.event_log_storage._engine
-        sa.event.listen(engine, "connect", lambda *_: connects.append(1))
+        for store, engine in (
+            ("events", instance.event_log_storage._engine),
+            ("runs", instance.run_storage._engine),
+        ):
+            sa.event.listen(engine, "connect", lambda *_, store=store: count(store))
         result = materialize_week(instance)
     finally:
         instance.dispose()
@@ -181,8 +193,8 @@ def test_a_week_run_on_postgres_storage_is_read_back_from_postgres(
     finally:
         engine.dispose()
     assert [tuple(r) for r in rows] == [(run_id, JOB, "SUCCESS", PARTITION)]
-    # the event log reuses its connections: dagster-postgres alone made one for every event
-    assert len(connects) <= KEPT + OVERFLOW < events
+    # the stores reuse their connections: dagster-postgres alone made one for every event
+    assert max(connects.values()) <= KEPT + OVERFLOW < events
     assert tag == PARTITION
     assert sorted(tuple(r) for r in materialized) == sorted(
         (dg.AssetKey(a).to_string(), PARTITION) for a in ASSETS
@@ -227,17 +239,19 @@ def test_a_plain_postgresql_url_is_refused_before_anything_runs(
 
 
 def _backend_of(
-    storage: PooledPostgresEventLogStorage, answer: "multiprocessing.Queue[int]"
+    storage: PooledPostgresEventLogStorage | PooledPostgresRunStorage,
+    answer: "multiprocessing.Queue[int]",
 ) -> None:
     with storage._engine.connect() as conn:
         answer.put(conn.execute(sa.text("SELECT pg_backend_pid()")).scalar_one())
 
 
-def test_a_forked_process_never_uses_the_event_logs_pooled_connection(
-    dagster_pg_url: str,
+@pytest.mark.parametrize("store", [PooledPostgresEventLogStorage, PooledPostgresRunStorage])
+def test_a_forked_process_never_uses_a_pooled_connection(
+    dagster_pg_url: str, store: type[PooledPostgresEventLogStorage | PooledPostgresRunStorage]
 ) -> None:
     """A Celery prefork worker inherits the pool: its events go over a connection of its own."""
-    storage = PooledPostgresEventLogStorage(dagster_pg_url)
+    storage = store(dagster_pg_url)
     try:
         answer: multiprocessing.Queue[int] = multiprocessing.Queue()
         _backend_of(storage, answer)
