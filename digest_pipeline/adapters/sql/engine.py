@@ -310,6 +310,16 @@ def _json_loads(data: str | bytes) -> Any:
     return json.loads(data.decode() if isinstance(data, bytes) else data)
 
 
+def _utc_session(dbapi_connection: Any, _record: Any) -> None:
+    """The session's time zone is UTC, so psycopg returns every timestamp with `datetime.UTC`.
+
+    The ledger stores instants; only how they come back changes (`types.UtcDateTime` then
+    passes them on as they are).
+    """
+    dbapi_connection.execute("SET TIME ZONE 'UTC'")
+    dbapi_connection.commit()
+
+
 def _binary_arrays(dbapi_connection: Any, _record: Any) -> None:
     """Array parameters in PostgreSQL's binary format, not its text literal.
 
@@ -350,6 +360,7 @@ def create_ledger_engine(url: str, *, pool_size: int = 10, create: bool = True) 
         engine.dialect.use_insertmanyvalues_wo_returning = True
         if engine.dialect.driver == "psycopg":
             event.listen(engine, "connect", _binary_arrays)
+            event.listen(engine, "connect", _utc_session)
         return guard_engine_errors(engine)
     if parsed.database and parsed.database != ":memory:":
         if create:
