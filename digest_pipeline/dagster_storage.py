@@ -75,6 +75,10 @@ class _Configured:
         super().__init__(  # type: ignore[call-arg]
             postgres_url, should_autocreate_tables, inst_data, token_provider
         )
+        self._pool(postgres_url, should_autocreate_tables, token_provider)
+
+    def _pool(self, postgres_url: str, should_autocreate_tables: bool, token_provider: Any) -> None:
+        """Replaces what the dagster-postgres storage made with its pooled form."""
 
     @classmethod
     def from_config_value(
@@ -93,14 +97,7 @@ class _Pooled(_Configured):
 
     _engine: Engine
 
-    def __init__(
-        self,
-        postgres_url: str,
-        should_autocreate_tables: bool = True,
-        inst_data: ConfigurableClassData | None = None,
-        token_provider: Any = None,
-    ) -> None:
-        super().__init__(postgres_url, should_autocreate_tables, inst_data, token_provider)
+    def _pool(self, postgres_url: str, should_autocreate_tables: bool, token_provider: Any) -> None:
         # the store made a NullPool engine (and used it to create its tables): it holds nothing
         self._engine = _pooled_engine(postgres_url, token_provider)
 
@@ -131,18 +128,10 @@ class PooledPostgresStorage(_Configured, DagsterPostgresStorage):
     Named in `dagster.yaml` as `storage: custom:` (digest_pipeline.instance); its config is
     `storage: postgres:`'s. A run worker's or step process's instance, rebuilt from the run's
     instance reference, is this class again (the reference names it as the unified storage).
-    The schedule storage is dagster-postgres's own: the daemon alone uses it, a few times a
-    minute.
+    The schedule storage stays dagster-postgres's own: it is used per tick, not per event.
     """
 
-    def __init__(
-        self,
-        postgres_url: str,
-        should_autocreate_tables: bool = True,
-        inst_data: ConfigurableClassData | None = None,
-        token_provider: Any = None,
-    ) -> None:
-        super().__init__(postgres_url, should_autocreate_tables, inst_data, token_provider)
+    def _pool(self, postgres_url: str, should_autocreate_tables: bool, token_provider: Any) -> None:
         # the NullPool stores the parent made hold no connection: replaced, not disposed
         self._event_log_storage = PooledPostgresEventLogStorage(
             postgres_url, should_autocreate_tables, token_provider=token_provider

@@ -269,3 +269,32 @@ def test_a_forked_process_never_uses_a_pooled_connection(
         assert answer.get(timeout=60) == parent
     finally:
         storage.dispose()
+
+
+def test_the_webservers_own_pool_replaces_the_stores_pools(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, dagster_pg_url: str
+) -> None:
+    """`dagster-webserver` swaps every store's engine for its own; ours are let go first."""
+    monkeypatch.setenv("DAGSTER_PG_URL", dagster_pg_url)
+    home = prepare_home(PROJECT_ROOT, {"DAGSTER_PG_URL": dagster_pg_url}, tmp_path / "home")
+    instance = dg.DagsterInstance.from_config(str(home))
+    try:
+        stores = [instance.event_log_storage, instance.run_storage]
+        pooled = [
+            s
+            for s in stores
+            if isinstance(s, PooledPostgresEventLogStorage | PooledPostgresRunStorage)
+        ]
+        assert len(pooled) == len(stores)
+        ours = [store._engine for store in pooled]
+        for engine in ours:
+            with engine.connect():
+                pass  # each pool now keeps a connection
+        instance.optimize_for_webserver(statement_timeout=5000, pool_recycle=3600, max_overflow=5)
+        queues = [engine.pool for engine in ours if isinstance(engine.pool, sa.QueuePool)]
+        assert len(queues) == len(ours)
+        assert all(queue.checkedin() == 0 for queue in queues)
+        assert all(store._engine not in ours for store in pooled)
+        assert instance.get_runs() == []
+    finally:
+        instance.dispose()
