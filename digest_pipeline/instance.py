@@ -2,8 +2,8 @@
 
 Dagster reads exactly one `dagster.yaml` from DAGSTER_HOME and fails on an unset `{env: …}`, so
 the storage block is chosen here: SQLite inside DAGSTER_HOME by default, PostgreSQL through
-dagster-postgres when `DAGSTER_PG_URL` or `DAGSTER_PG_HOST` is set (with the event log's
-connection pooled: `digest_pipeline.dagster_storage`).
+dagster-postgres when `DAGSTER_PG_URL` or `DAGSTER_PG_HOST` is set (its run storage's and
+event log's connections pooled: `digest_pipeline.dagster_storage`).
 
 Dagster creates its SQLite schema on the first `DagsterInstance` of a home, and two processes
 doing that at once collide (`table alembic_version already exists`). So the file is written and
@@ -44,7 +44,7 @@ def storage_block(env: Mapping[str, str]) -> dict[str, object] | None:
     psycopg2's client-side binding accepts; SQLAlchemy 2.1 maps a plain `postgresql://` to
     psycopg 3, and then every event write fails. So the driver must be psycopg2, named in the
     URL or set as the `scheme` of the field form. The block names dagster-postgres's storage
-    with a pooled event log (`dagster_storage.PooledPostgresStorage`), configured as
+    with pooled connections (`dagster_storage.PooledPostgresStorage`), configured as
     `storage: postgres:` would be.
     """
     url = env.get("DAGSTER_PG_URL")
