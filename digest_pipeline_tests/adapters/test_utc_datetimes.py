@@ -62,7 +62,9 @@ def test_a_session_moved_to_another_zone_still_reads_utc(
     stored(engine)
     with engine.connect() as conn:
         conn.execute(text("SET TIME ZONE 'America/New_York'"))
-        value = conn.execute(select(period_runs.c.selected_at)).scalar_one()
-        conn.execute(text("SET TIME ZONE 'UTC'"))  # the pooled connection goes back as it came
+        try:
+            value = conn.execute(select(period_runs.c.selected_at)).scalar_one()
+        finally:
+            conn.execute(text("SET TIME ZONE 'UTC'"))  # the pooled connection goes back as it came
     assert value.tzinfo is UTC
     assert value == WRITTEN

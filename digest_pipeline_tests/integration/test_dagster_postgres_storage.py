@@ -250,7 +250,7 @@ def _backend_of(
 def test_a_forked_process_never_uses_a_pooled_connection(
     dagster_pg_url: str, store: type[PooledPostgresEventLogStorage | PooledPostgresRunStorage]
 ) -> None:
-    """A Celery prefork worker inherits the pool: its events go over a connection of its own."""
+    """A Celery prefork worker inherits the pool: its calls go over a connection of its own."""
     storage = store(dagster_pg_url)
     try:
         answer: multiprocessing.Queue[int] = multiprocessing.Queue()

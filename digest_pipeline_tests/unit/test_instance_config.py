@@ -24,7 +24,7 @@ def test_the_embedded_default_is_dagsters_own_sqlite_storage_in_the_home(tmp_pat
 
 
 def pooled(config: dict[str, object]) -> dict[str, object]:
-    """dagster-postgres's storage with the pooled event log, configured with `config`."""
+    """dagster-postgres's storage with pooled connections, configured with `config`."""
     return {
         "custom": {
             "module": "digest_pipeline.dagster_storage",
