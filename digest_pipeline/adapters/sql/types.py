@@ -38,9 +38,10 @@ class UtcDateTime(TypeDecorator[datetime]):
     ) -> Callable[[Any], datetime | None] | None:
         if dialect.name != "postgresql":
             return super().result_processor(dialect, coltype)
-        # psycopg hands over aware datetimes, already in UTC on the ledger's sessions
-        # (engine.py sets their time zone): one call a value instead of the decorator's two,
-        # for the dozen timestamps of every work item a claim reads
+        # psycopg hands over aware datetimes, already in UTC on the ledger's psycopg 3 sessions
+        # (engine.py sets their time zone; another zone, a psycopg2 session's included, is
+        # converted): one call a value instead of the decorator's two, for the dozen
+        # timestamps of every work item a claim reads
         return _utc
 
 
