@@ -1,7 +1,10 @@
 """A bulk run's process settings (switch interval, collector) hold only while a run holds them."""
 
 import gc
+import json
+import subprocess
 import sys
+import textwrap
 import threading
 from datetime import timedelta
 from typing import Any
@@ -116,6 +119,67 @@ def test_a_process_that_disabled_collection_or_collects_less_already_is_left_so(
         assert gc.get_threshold()[0] == threshold
     finally:
         gc.set_threshold(*before)
+
+
+#: run in a fresh interpreter: the freeze happens once a process, and pytest's may have done it
+_FREEZE_PROBE = textwrap.dedent(
+    """
+    import gc, json, sys, weakref
+    from digest_pipeline.services.tuning import fewer_collections
+
+    class Box:
+        pass
+
+    def listed(obj):  # the collector's generations; frozen objects are in none of them
+        return any(o is obj for o in gc.get_objects())
+
+    if sys.argv[1] == "disabled":
+        gc.set_threshold(0)
+    startup, dying = [Box()], Box()
+    gone = weakref.ref(dying)
+    with fewer_collections():
+        pass
+    after_first = gc.get_freeze_count()
+    later = [Box()]
+    with fewer_collections():
+        pass
+    del dying
+    print(json.dumps({
+        "startup_listed": listed(startup),
+        "later_listed": listed(later),
+        "after_first": after_first,
+        "after_second": gc.get_freeze_count(),
+        "dead_frozen_freed": gone() is None,
+    }))
+    """
+)
+
+
+def _probe(mode: str) -> dict[str, Any]:
+    done = subprocess.run(
+        [sys.executable, "-c", _FREEZE_PROBE, mode], capture_output=True, text=True, check=True
+    )
+    result: dict[str, Any] = json.loads(done.stdout)
+    return result
+
+
+def test_the_first_bulk_run_in_a_process_freezes_the_heap_it_finds_and_later_runs_do_not():
+    seen = _probe("enabled")
+    # what lived before the first run is out of the collector's walks for good...
+    assert seen["startup_listed"] is False
+    assert seen["after_first"] > 0
+    # ...but only once: a later run's objects stay collectable, so what is kept is bounded
+    # (the frozen count can only fall, as frozen objects die)
+    assert seen["later_listed"] is True
+    assert seen["after_second"] <= seen["after_first"]
+    # and a frozen object that dies is still freed by its reference count
+    assert seen["dead_frozen_freed"] is True
+
+
+def test_a_process_that_disabled_collection_gets_no_freeze_either():
+    seen = _probe("disabled")
+    assert seen["after_first"] == seen["after_second"] == 0
+    assert seen["startup_listed"] is True
 
 
 class _WatchedLedger(FakeLedger):
