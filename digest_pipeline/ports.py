@@ -349,8 +349,8 @@ class ReadModel(ABC):
     def item_time_summary(self, period: Period) -> ItemTimeSummary:
         """The period's claim delays, cleanup lags and oldest waiting item (`ItemTimeSummary`).
 
-        This default passes over `iter_item_times` in Python; the SQL ledger on PostgreSQL
-        answers in one statement, to the same numbers (a contract test holds it to this).
+        This default passes over `iter_item_times` in Python; the SQL ledger answers in one
+        statement on either database, to the same numbers (a contract test holds it to this).
         """
         return summarize_item_times(self.iter_item_times(period))
 

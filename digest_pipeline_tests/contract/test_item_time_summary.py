@@ -1,8 +1,9 @@
 """The period's item timings: every ledger gives the numbers of the Python reference.
 
-`domain.timing.summarize_item_times` is the definition; the SQL ledger on PostgreSQL answers in
-one statement, with its own percentile ranks and interval arithmetic, so both are held to it on
-times with microseconds, ties and states that count as waiting or not.
+`domain.timing.summarize_item_times` is the definition; the SQL ledger answers in one
+statement, with each database's own percentile ranks and interval arithmetic (SQLite's from the
+stored text, to the microsecond), so all are held to it on times with microseconds, ties and
+states that count as waiting or not.
 """
 
 from datetime import timedelta
