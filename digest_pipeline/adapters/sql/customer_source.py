@@ -61,8 +61,11 @@ class SqlCustomerSource(CustomerSource):
         c = customers.c
         q = select(c.customer_id, c.email, c.active, c.opted_in).order_by(c.customer_id)
         with self._engine.connect() as conn:
-            for r in conn.execution_options(yield_per=STREAM_ROWS).execute(q):
-                yield Customer(r.customer_id, r.email, bool(r.active), bool(r.opted_in))
+            # unpacked, not read by name: a Row's attribute lookups were half of this stream's
+            # time (the snapshot and the invalid-recipient check each read every customer)
+            rows = conn.execution_options(yield_per=STREAM_ROWS).execute(q)
+            for customer_id, email, active, opted_in in rows:
+                yield Customer(customer_id, email, bool(active), bool(opted_in))
 
     def products(self) -> Iterator[Product]:
         p = products.c
@@ -88,8 +91,9 @@ class SqlCustomerSource(CustomerSource):
             .order_by(o.ordered_at, o.order_id)
         )
         with self._engine.connect() as conn:
-            for r in conn.execution_options(yield_per=STREAM_ROWS).execute(q):
-                yield Order(r.order_id, r.customer_id, r.product_id, r.ordered_at)
+            rows = conn.execution_options(yield_per=STREAM_ROWS).execute(q)
+            for order_id, customer_id, product_id, ordered_at in rows:
+                yield Order(order_id, customer_id, product_id, ordered_at)
 
     def popularity(self, since: datetime, until: datetime) -> Counter[str]:
         o = orders.c
