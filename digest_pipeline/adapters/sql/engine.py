@@ -325,8 +325,9 @@ def _no_jit(dbapi_connection: Any, _record: Any) -> None:
 
     A week's bulk-loaded tables and the invariants' correlated subqueries put the planner's
     estimates past `jit_above_cost`, and compiling cost more than running: the double-send
-    invariant at 100,000 items spent 830 ms in LLVM for 80 ms of work, twice a run. Every ledger
-    statement is short, so none is compiled (the 100,000-customer week: README, eleventh round).
+    invariant at 100,000 items spent 830 ms in LLVM for 80 ms of work, three times a run. Every
+    ledger statement is short, so none is compiled (the 100,000-customer week: README, eleventh
+    round).
     """
     cursor = dbapi_connection.cursor()
     cursor.execute("SET jit = off")
