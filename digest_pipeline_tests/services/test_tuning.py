@@ -1,4 +1,7 @@
-"""A bulk run's process settings (switch interval, collector) hold only while a run holds them."""
+"""A bulk run's process settings (switch interval, collector) hold only while a run holds them.
+
+The one lasting change, the heap frozen by a process's first bulk run, happens once a process.
+"""
 
 import gc
 import json
