@@ -17,7 +17,7 @@ anything the hook leaves alone.
 
 import json
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -310,29 +310,29 @@ def _json_loads(data: str | bytes) -> Any:
     return json.loads(data.decode() if isinstance(data, bytes) else data)
 
 
-def _utc_session(dbapi_connection: Any, _record: Any) -> None:
-    """The session's time zone is UTC, so psycopg returns every timestamp with `datetime.UTC`.
+#: No JIT compilation, on either driver. A week's bulk-loaded tables and the invariants'
+#: correlated subqueries put the planner's estimates past `jit_above_cost`, and compiling cost
+#: more than running: the double-send invariant at 100,000 items spent 830 ms in LLVM for 80 ms
+#: of work, three times a run. Every ledger statement is short, so none is compiled (the
+#: 100,000-customer week: README, eleventh round).
+_NO_JIT = "SET jit = off"
+#: UTC on psycopg 3's sessions, so psycopg returns every timestamp with `datetime.UTC`. The
+#: ledger stores instants; only how they come back changes (`types.UtcDateTime` then passes
+#: them on as they are). A psycopg2 session's timestamps are converted instead.
+_UTC = "SET TIME ZONE 'UTC'"
 
-    The ledger stores instants; only how they come back changes (`types.UtcDateTime` then
-    passes them on as they are).
-    """
-    dbapi_connection.execute("SET TIME ZONE 'UTC'")
-    dbapi_connection.commit()
 
+def _session_settings(*statements: str) -> Callable[[Any, Any], None]:
+    """A connect hook that applies `statements` to each new session, in one transaction."""
 
-def _no_jit(dbapi_connection: Any, _record: Any) -> None:
-    """No JIT compilation in the ledger's sessions, on either driver.
+    def apply(dbapi_connection: Any, _record: Any) -> None:
+        cursor = dbapi_connection.cursor()
+        for statement in statements:
+            cursor.execute(statement)
+        cursor.close()
+        dbapi_connection.commit()
 
-    A week's bulk-loaded tables and the invariants' correlated subqueries put the planner's
-    estimates past `jit_above_cost`, and compiling cost more than running: the double-send
-    invariant at 100,000 items spent 830 ms in LLVM for 80 ms of work, three times a run. Every
-    ledger statement is short, so none is compiled (the 100,000-customer week: README, eleventh
-    round).
-    """
-    cursor = dbapi_connection.cursor()
-    cursor.execute("SET jit = off")
-    cursor.close()
-    dbapi_connection.commit()
+    return apply
 
 
 def _binary_arrays(dbapi_connection: Any, _record: Any) -> None:
@@ -373,10 +373,11 @@ def create_ledger_engine(url: str, *, pool_size: int = 10, create: bool = True) 
         # does for psycopg2 and for INSERT … RETURNING: psycopg 3's executemany otherwise sends
         # one statement per row (340,000 of them for a 100,000-customer week's digest rows).
         engine.dialect.use_insertmanyvalues_wo_returning = True
-        event.listen(engine, "connect", _no_jit)
         if engine.dialect.driver == "psycopg":
             event.listen(engine, "connect", _binary_arrays)
-            event.listen(engine, "connect", _utc_session)
+            event.listen(engine, "connect", _session_settings(_NO_JIT, _UTC))
+        else:
+            event.listen(engine, "connect", _session_settings(_NO_JIT))
         return guard_engine_errors(engine)
     if parsed.database and parsed.database != ":memory:":
         if create:
