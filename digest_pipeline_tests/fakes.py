@@ -996,6 +996,11 @@ class FakeLedger(Ledger):
                 1 for a in self._attempts.values() if a.worker == worker and a.finished_at is None
             )
 
+    def attempt_count(self, worker: str) -> int:
+        """Attempts `worker` has started, open or recorded, at one instant (one lock hold)."""
+        with self._lock:
+            return sum(1 for a in self._attempts.values() if a.worker == worker)
+
     def leased_unattempted_count(self, owner: str) -> int:
         """Items leased to `owner` with no attempt open, at one instant (one lock hold).
 

@@ -6,6 +6,10 @@ how many sends are open at a time), so they are decided here, once, not where th
 
 #: a delivery step leases this many waves' worth of items at a time
 CLAIM_WAVES = 8
+#: over a database server the next claim is taken on a thread of its own once no more than this
+#: many waves are left queued: a claim of `CLAIM_WAVES` waves, and its content, takes about as
+#: long as composing and starting four (issue 15, twelfth round)
+AHEAD_WAVES = 4
 
 
 def claim_size(batch_size: int, concurrency: int) -> int:

@@ -22,7 +22,7 @@ from digest_pipeline.domain.periods import Period
 from digest_pipeline.domain.policy import DeliveryPolicy
 from digest_pipeline.domain.retry import RetryPolicy
 from digest_pipeline.domain.states import DeliveryState
-from digest_pipeline.domain.waves import wave_shape
+from digest_pipeline.domain.waves import AHEAD_WAVES, wave_shape
 from digest_pipeline.ports import Mailer
 from digest_pipeline.services.deliver import deliver_due
 from digest_pipeline.services.reconcile import reconcile_period
@@ -770,11 +770,14 @@ def test_a_worker_never_has_more_than_concurrency_attempts_open(clock, concurren
     assert all(mailer.deliveries_for(key_of(n)) == 1 for n in range(1, 61))
 
 
-@pytest.mark.parametrize("claim", [8, 20, 64])
-def test_a_crash_would_strand_at_most_one_claim_and_one_wave_of_leases(clock, claim):
-    # A run over a database server takes the next claim on its claim thread while the last
-    # wave of the one before is composed: at any send, the leases without an attempt are at most that claim
-    # and the wave composed ahead, never two claims.
+@pytest.mark.parametrize("claim", [8, 24, 64])
+def test_a_crash_would_strand_at_most_one_claim_and_the_waves_queued_when_it_was_taken(
+    clock, claim
+):
+    # A run over a database server takes the next claim on its claim thread once no more than
+    # AHEAD_WAVES waves are queued: at any send, the leases without an attempt are at most that
+    # claim, those waves and the wave composed ahead, never two claims (24 and 64 are more than
+    # the waves, so a second claim taken ahead would break the bound).
     ledger = frozen_ledger(150)
     # what a crash of the worker would leave leased until the leases run out
     mailer = MostAtSendMailer(clock, lambda: ledger.leased_unattempted_count("w1"))
@@ -789,7 +792,43 @@ def test_a_crash_would_strand_at_most_one_claim_and_one_wave_of_leases(clock, cl
 
     assert report.outcomes == {"sent": 150}
     assert all(mailer.deliveries_for(key_of(n)) == 1 for n in range(1, 151))
-    assert 0 < mailer.most <= claim + size
+    assert 0 < mailer.most <= claim + (AHEAD_WAVES + 1) * size
+
+
+class StartedAtComposeComposer(FakeComposer):
+    """Records, at every compose, how many attempts the ledger holds (started, open or not)."""
+
+    def __init__(self, count: Callable[[], int]) -> None:
+        super().__init__()
+        self._count = count
+        self.seen: list[int] = []
+
+    def compose(self, item, recipient, rows):
+        self.seen.append(self._count())  # only the worker's own thread composes
+        return super().compose(item, recipient, rows)
+
+
+@pytest.mark.parametrize("concurrency", [4, 16, 64])
+def test_each_wave_to_a_provider_starts_before_the_next_is_composed(clock, concurrency):
+    # Waves composed together would start, end and be recorded together, the provider's slots
+    # idle while the next ones are composed: each wave's attempts are recorded, and its sends
+    # handed to the pool, before the next wave's first message is composed.
+    ledger = frozen_ledger(200)
+    mailer = FakeMailer(clock=clock, remote=True)
+    composer = StartedAtComposeComposer(lambda: ledger.attempt_count("w1"))
+    size, depth = wave_shape(concurrency, remote=True)
+    assert depth > 1  # several waves in flight: what could be composed together
+
+    report = deliver_due(
+        make_deliverer(ledger, mailer, clock, owner="w1", composer=composer),
+        batch_size=200,
+        concurrency=concurrency,
+    )
+
+    assert report.outcomes == {"sent": 200}
+    assert len(composer.seen) == 200
+    # the k-th message (from 0) is in wave k // size: every wave before it is started
+    assert all(started >= (k // size) * size for k, started in enumerate(composer.seen))
 
 
 class ClockJumpingComposer(FakeComposer):
