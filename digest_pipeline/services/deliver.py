@@ -586,9 +586,9 @@ class _Run:
         record, instead of standing between waves; it is taken up when the queue is empty.
         Started with a wave or less left, it was still being taken when the queue emptied
         (40,000 customers: 1.3 s of 6.7 s waiting for it). A crash can strand that claim's
-        leases and the waves composed ahead, never started; they come back due when the
-        leases run out. Not while the breaker bounds the room: its streak decides how much to
-        claim.
+        leases, the waves still queued and the wave composed ahead, never started; they come
+        back due when the leases run out. Not while the breaker bounds the room: its streak
+        decides how much to claim.
         """
         if (
             self.claim_thread is None
@@ -648,7 +648,7 @@ class _Run:
         if self.stop is None and not fresh and len(self.in_flight) < self.depth:
             # One wave an exchange, sent as soon as it is started: waves composed together
             # would start, end and be recorded together, every slot idle while the next ones
-            # were composed (256 slots of 50 ms sends: 46 → 50 % of the bound, README).
+            # were composed (256 slots of 50 ms sends: 45 to 48 → 52 to 55 % of the bound, README).
             # None: the breaker holds it back until the outcomes in flight are in.
             wave = self.next_wave(self.open_attempts(), now) if self.refill(fresh) else None
             if wave is not None:

@@ -302,8 +302,8 @@ class SqlWorkQueue(SqlBase, WorkQueue):
             # Each chosen key found through the primary key: joined to the CTE, the planner
             # walked the whole key index past every item already sent (its statistics, read
             # before the run, count nothing claimed or sent), a claim slower the further the
-            # period got (README, issue 15's twelfth round).
-            # (the cast makes `ANY` take the one array, not the subquery's rows)
+            # period got (README, issue 15's twelfth round). The cast makes `ANY` take the one
+            # array, not the subquery's rows.
             keys = select(func.array_agg(candidates.c.operation_key)).scalar_subquery()
             chosen = wi.c.operation_key == func.any(
                 cast(keys, postgresql.ARRAY(wi.c.operation_key.type))
