@@ -11,14 +11,16 @@ import json
 import logging
 import time
 from collections.abc import Iterator
+from datetime import timedelta
 from typing import Any
 
 import pytest
-from sqlalchemy import Engine, text
+from sqlalchemy import Engine, event, text
 
 from digest_pipeline.adapters.sql import base
 from digest_pipeline.adapters.sql.ledger import SqlLedger
 from digest_pipeline.domain.model import INVARIANTS
+from digest_pipeline.domain.states import DeliveryState
 from digest_pipeline.rigs.seeding import W42
 from digest_pipeline_tests.builders import ROWS_PER_CUSTOMER, seed_period
 from digest_pipeline_tests.conftest import T0, truncate_pg
@@ -29,14 +31,20 @@ pytestmark = pytest.mark.integration
 CUSTOMERS = 6_000
 
 
-def _plan_nodes(engine: Engine, sql: str, **params: Any) -> Iterator[dict[str, Any]]:
-    with engine.connect() as conn:
-        [plan] = conn.execute(text(f"EXPLAIN (FORMAT JSON) {sql}"), params).scalar_one()
-    todo = [plan["Plan"] if isinstance(plan, dict) else json.loads(plan)[0]["Plan"]]
+def _nodes(explained: Any) -> Iterator[dict[str, Any]]:
+    """Every node of an `EXPLAIN (FORMAT JSON)` answer (decoded or not)."""
+    [plan] = json.loads(explained) if isinstance(explained, str) else explained
+    todo = [plan["Plan"]]
     while todo:
         node = todo.pop()
         yield node
         todo.extend(node.get("Plans", []))
+
+
+def _plan_nodes(engine: Engine, sql: str, **params: Any) -> Iterator[dict[str, Any]]:
+    with engine.connect() as conn:
+        explained = conn.execute(text(f"EXPLAIN (FORMAT JSON) {sql}"), params).scalar_one()
+    return _nodes(explained)
 
 
 def _scans(engine: Engine, sql: str, **params: Any) -> set[tuple[str, str]]:
@@ -91,6 +99,57 @@ def test_a_wave_reads_its_digest_rows_by_key(seeded: SqlLedger) -> None:
         keys=keys,
     )
     assert ("Seq Scan", "digest_rows") not in scans, scans
+
+
+def test_a_claim_late_in_a_week_reads_about_the_rows_it_claims(seeded: SqlLedger) -> None:
+    # Joined to the locked due keys, the claim's UPDATE was planned from statistics read while
+    # every item was pending as a walk of the whole key index past every item already claimed
+    # or sent: each claim of a week slower than the one before. It finds the chosen keys
+    # through the primary key now (`= ANY` of the locked keys, `SqlWorkQueue.claim_due`).
+    engine, claim, pending = seeded.engine, 100, DeliveryState.PENDING
+    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        conn.execute(text("ANALYZE work_items"))  # all pending, as delivery begins
+    now, lease = T0 + timedelta(hours=1), timedelta(minutes=10)
+    # three quarters of the week claimed: the keys a walk of the key index passes first
+    while seeded.state_counts(W42).get(pending, 0) > CUSTOMERS // 4:
+        seeded.claim_due(now, "w1", lease, 500, W42)
+    assert seeded.state_counts(W42).get(pending) == CUSTOMERS // 4
+
+    seen: list[tuple[str, Any]] = []
+
+    def capture(conn, cursor, statement, parameters, context, executemany) -> None:
+        if "SKIP LOCKED" in statement:
+            seen.append((statement, parameters))
+
+    event.listen(engine, "before_cursor_execute", capture)
+    try:
+        claimed = seeded.claim_due(now, "w2", lease, claim, W42)
+    finally:
+        event.remove(engine, "before_cursor_execute", capture)
+    assert len(claimed) == claim
+    [(statement, parameters)] = seen
+
+    # the same statement analysed on the same data (the claim given back first), rolled back
+    with engine.connect() as conn, conn.begin() as tx:
+        conn.execute(
+            text(
+                "UPDATE work_items SET state = 'pending', lease_owner = NULL, "
+                "lease_expires_at = NULL, next_attempt_at = :at WHERE operation_key = ANY(:keys)"
+            ),
+            {"at": T0, "keys": [str(c.key) for c in claimed]},
+        )
+        explained = conn.exec_driver_sql(
+            "EXPLAIN (ANALYZE, FORMAT JSON) " + statement, parameters
+        ).scalar_one()
+        tx.rollback()
+    # rows the scans of work_items returned or filtered out: the due index's for the lock,
+    # then one primary-key probe a claimed key (the old join read 6,100 here)
+    read = sum(
+        (n["Actual Rows"] + n.get("Rows Removed by Filter", 0)) * n.get("Actual Loops", 1)
+        for n in _nodes(explained)
+        if n.get("Relation Name") == "work_items" and "Scan" in n["Node Type"]
+    )
+    assert read <= 3 * claim
 
 
 def _live_rows(engine: Engine, table: str) -> int:
