@@ -6,6 +6,7 @@ Dagster, no Python per item and no mail: COPY for the snapshot, digest rows and 
 outcomes recorded) as one statement per chunk of `--chunk` items, in separate transactions as
 the project commits them. What the project reaches is then a percentage of this machine's
 limit (`python -m benchmarks --only floor`, or `python -m benchmarks.floor --customers N`).
+Beside it, one digest's compose time measured now: the worker's Python has a speed of its own.
 """
 
 import argparse
@@ -20,14 +21,23 @@ from typing import Any
 
 import psycopg
 
-from benchmarks import common
+from benchmarks import common, compose
 from digest_pipeline.adapters.sql.engine import create_ledger_engine, migrate
 
 CUSTOMERS = 100_000
 CHUNK = 2_000
 ROWS_PER_CUSTOMER = 4
 PERIOD = "2026-W42"
-COLUMNS = ("customers", "chunk", "content_s", "items_s", "deliveries_s", "cleanup_s", "total_s")
+COLUMNS = (
+    "customers",
+    "chunk",
+    "content_s",
+    "items_s",
+    "deliveries_s",
+    "cleanup_s",
+    "total_s",
+    "compose_us",
+)
 T = datetime(2026, 10, 12, 6, 0, tzinfo=UTC)
 
 
@@ -205,6 +215,9 @@ def run(opts: Options) -> dict[str, Any]:
     if not common.pg_available():
         print(f"\nSQL floor: {common.SKIPPED_PG}")
         return common.publish("floor", [], opts, skipped=common.SKIPPED_PG)
+    # the worker's side of the machine in the same sitting, first: the database is idle then,
+    # not still writing out the week the floor leaves behind
+    compose_us = round(compose.compose_us(), 1)
     with common.workdir("floor") as work, common.backend("postgres", work) as backend:
         engine = create_ledger_engine(backend.ledger_url)
         try:
@@ -212,9 +225,11 @@ def run(opts: Options) -> dict[str, Any]:
         finally:
             engine.dispose()
         row = measure(common.conninfo(backend.ledger_url), opts.customers, opts.chunk)
+    row["compose_us"] = compose_us
     common.print_table(
         "SQL floor: the ledger's writes for one week as set-based statements (PostgreSQL, no"
-        " Dagster, no Python per item); compare with the end-to-end rows' phases",
+        " Dagster, no Python per item); compare with the end-to-end rows' phases. compose_us:"
+        " one digest composed on this machine now, the per-item Python floor",
         [row],
         COLUMNS,
     )

@@ -206,6 +206,8 @@ def test_the_sql_floor_takes_every_item_of_a_week_to_cleaned(tmp_path):
     [row] = load(tmp_path, "floor")["rows"]
     # every item claimed, attempted, recorded sent and cleaned, chunk after chunk
     assert row["cleaned"] == row["customers"] == 500
+    # the sitting's Python speed beside its SQL floor
+    assert row["compose_us"] > 0
 
 
 @pytest.mark.parametrize(
