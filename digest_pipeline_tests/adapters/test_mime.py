@@ -1,6 +1,7 @@
 import re
 import sys
 from email.policy import SMTP
+from unittest.mock import patch
 
 import pytest
 from hypothesis import given, settings
@@ -139,3 +140,58 @@ def test_the_cached_header_classes_serialise_the_bytes_pythons_registry_does(m, 
     cached = to_bytes(m)
     monkeypatch.setattr(mime, "WIRE", SMTP.clone(max_line_length=mime.MAX_LINE))
     assert _boundaries_named(cached) == _boundaries_named(to_bytes(m))
+
+
+#: what an unstructured header may hold: printable ASCII (spaces at either end or doubled
+#: included), encoded-word look-alikes, text beyond ASCII, a line near the limit
+HEADER_VALUES = st.one_of(
+    st.text(st.characters(min_codepoint=0x20, max_codepoint=0x7E), max_size=40),
+    st.sampled_from(
+        [
+            "=?utf-8?q?caf=C3=A9?=",
+            "week =?iso-8859-1?b?4w==?= picks",
+            " leading",
+            "trailing ",
+            "two  spaces",
+            "x" * (mime.MAX_LINE - len("Subject: ")),
+            "y" * (mime.MAX_LINE - len("Subject: ") + 1),
+            "Grüße, €12.50",
+        ]
+    ),
+    st.text(st.characters(exclude_categories=("Cs", "Cc", "Zl", "Zp")), max_size=20),
+)
+STOCK = SMTP.clone(max_line_length=mime.MAX_LINE)
+
+
+def _serialised(m: Message) -> bytes | str:
+    """The wire bytes, or the refusal's text."""
+    try:
+        return _boundaries_named(to_bytes(m))
+    except RenderError as e:
+        return str(e)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    subject=HEADER_VALUES,
+    extra=HEADER_VALUES,
+    sender=st.sampled_from(["digest@example.com", "Example Shop <digest@example.com>"]),
+    text=st.sampled_from(["plain", "Grüße\n" * 3]),
+    # a structured header the registry rewrites (GMT becomes +0000): never written as given
+    date=st.sampled_from(["Mon, 12 Oct 2026 06:00:00 +0000", "Mon, 12 Oct 2026 06:00:00 GMT"]),
+)
+def test_the_wire_policy_serialises_the_bytes_smtps_policy_does(subject, extra, sender, text, date):
+    """Values written as given and parsed headers shared between messages change no byte."""
+    m = message(
+        subject=subject,
+        sender=sender,
+        text=text,
+        headers=(
+            ("X-Digest-Operation-Key", extra),
+            ("List-Unsubscribe", f"<{LONG_URL}>"),
+            ("Date", date),
+        ),
+    )
+    ours = [_serialised(m), _serialised(m)]  # the second one from the shared headers
+    with patch.object(mime, "WIRE", STOCK):
+        assert ours == [_serialised(m)] * 2
