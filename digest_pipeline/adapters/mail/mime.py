@@ -23,8 +23,9 @@ MAX_LINE = 998
 
 
 #: headers whose every message holds one of a few values (the parts' types and encodings, the
-#: sender): parsed once per value; a boundary is new in every message and is never kept
-_SHARED = frozenset({"content-type", "content-transfer-encoding", "mime-version", "from"})
+#: sender, the Date of the second it was composed in): parsed once per value; a boundary is new
+#: in every message and is never kept
+_SHARED = frozenset({"content-type", "content-transfer-encoding", "mime-version", "from", "date"})
 _SHARED_KEPT = 64
 #: the plain shape of an unstructured value (a subject, the operation key, the unsubscribe
 #: link): printable ASCII words and single spaces, `=?` apart (an encoded word's start, which
@@ -57,9 +58,9 @@ class _HeaderClasses(HeaderRegistry):
             return super().__call__(name, value)
         parsed = self._parsed.get(key := (name, value))
         if parsed is None:
-            parsed = super().__call__(name, value)
-            if len(self._parsed) < _SHARED_KEPT:
-                self._parsed[key] = parsed
+            if len(self._parsed) >= _SHARED_KEPT:
+                self._parsed.clear()  # the seconds gone by, mostly
+            parsed = self._parsed[key] = super().__call__(name, value)
         return parsed
 
 
