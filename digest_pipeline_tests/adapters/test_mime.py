@@ -1,6 +1,7 @@
 import re
 import sys
-from email.policy import SMTP
+from email import message_from_bytes
+from email.policy import SMTP, default
 from unittest.mock import patch
 
 import pytest
@@ -179,15 +180,30 @@ def _serialised(m: Message) -> bytes | str:
     subject=HEADER_VALUES,
     extra=HEADER_VALUES,
     sender=st.sampled_from(["digest@example.com", "Example Shop <digest@example.com>"]),
-    text=st.sampled_from(["plain", "Grüße\n" * 3]),
+    recipient=st.one_of(
+        st.from_regex(mime.PLAIN_ADDRESS, fullmatch=True),
+        st.sampled_from(
+            [
+                "Ada <ada@example.test>",
+                "Zoë <zoe@example.test>",
+                '"ada x"@example.test',
+                "a=?b?=@example.test",
+            ]
+        ),
+    ),
+    # the last one holds the line of the boundary named by the key: the generator draws one
+    text=st.sampled_from(["plain", "Grüße\n" * 3, f"a\n--{mime._boundary(message())}\nb"]),
     # a structured header the registry rewrites (GMT becomes +0000): never written as given
     date=st.sampled_from(["Mon, 12 Oct 2026 06:00:00 +0000", "Mon, 12 Oct 2026 06:00:00 GMT"]),
 )
-def test_the_wire_policy_serialises_the_bytes_smtps_policy_does(subject, extra, sender, text, date):
+def test_the_wire_policy_serialises_the_bytes_smtps_policy_does(
+    subject, extra, sender, recipient, text, date
+):
     """Values written as given and parsed headers shared between messages change no byte."""
     m = message(
         subject=subject,
         sender=sender,
+        recipient=recipient,
         text=text,
         headers=(
             ("X-Digest-Operation-Key", extra),
@@ -198,3 +214,20 @@ def test_the_wire_policy_serialises_the_bytes_smtps_policy_does(subject, extra, 
     ours = [_serialised(m), _serialised(m)]  # the second one from the shared headers
     with patch.object(mime, "WIRE", STOCK):
         assert ours == [_serialised(m)] * 2
+
+
+def test_the_boundary_is_named_by_the_key_unless_a_part_holds_it():
+    m = message()
+    keyed = mime._boundary(m)
+    assert keyed is not None
+    assert to_bytes(m) == to_bytes(m)  # nothing drawn at random
+    assert f'boundary="{keyed}"'.encode() in to_bytes(m)
+    held = message(text=f"a\n--{keyed}\nb")
+    assert mime._boundary(held) is None
+    wire = to_bytes(held)
+    assert f'boundary="{keyed}"'.encode() not in wire
+    parts = list(message_from_bytes(wire, policy=default).iter_parts())
+    assert [p.get_content().replace("\r\n", "\n") for p in parts] == [
+        held.text + "\n",
+        f"{held.html}\n",
+    ]

@@ -7,6 +7,7 @@ line break (header injection), no header line is longer than RFC 5322's 998 char
 nothing holds text UTF-8 cannot encode.
 """
 
+import hashlib
 import re
 from email.headerregistry import BaseHeader, HeaderRegistry, UnstructuredHeader
 from email.message import EmailMessage
@@ -31,6 +32,11 @@ _SHARED_KEPT = 64
 #: link): printable ASCII words and single spaces, `=?` apart (an encoded word's start, which
 #: the registry decodes and encodes again); anything else takes the registry's path
 _VERBATIM = re.compile(r"[!-~]+(?: [!-~]+)*")
+_ATOM = r"[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+"
+_LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?"
+#: RFC 5322 dot-atom local part @ a hostname of two labels or more, ASCII only: the common
+#: recipient, which the composer takes without parsing and the registry writes back unchanged
+PLAIN_ADDRESS = re.compile(rf"{_ATOM}(?:\.{_ATOM})*@{_LABEL}(?:\.{_LABEL})+")
 
 
 class _HeaderClasses(HeaderRegistry):
@@ -65,7 +71,7 @@ class _HeaderClasses(HeaderRegistry):
 
 
 class _WirePolicy(EmailPolicy):
-    """`email.policy.SMTP`, but a plain unstructured value is stored as the string it is.
+    """`email.policy.SMTP`, but a plain unstructured value or recipient is stored as it is.
 
     The registry would parse it into a tree and fold the tree back into the same line (a test
     holds the bytes equal to SMTP's), tens of microseconds a header; a raw string is written as
@@ -77,8 +83,10 @@ class _WirePolicy(EmailPolicy):
             type(value) is str
             and len(name) + 2 + len(value) <= MAX_LINE
             and "=?" not in value
-            and _VERBATIM.fullmatch(value)
-            and issubclass(_REGISTRY[name], UnstructuredHeader)
+            and (
+                (_VERBATIM.fullmatch(value) and issubclass(_REGISTRY[name], UnstructuredHeader))
+                or (name.lower() == "to" and PLAIN_ADDRESS.fullmatch(value))
+            )
         ):
             return name, value
         return super().header_store_parse(name, value)
@@ -159,7 +167,21 @@ def build_mime(message: Message) -> EmailMessage:
     mime.set_content(message.text, subtype="plain", charset="utf-8")
     if message.html is not None:
         mime.add_alternative(message.html, subtype="html", charset="utf-8")
+        if (boundary := _boundary(message)) is not None:
+            mime.set_boundary(boundary)
     return mime
+
+
+def _boundary(message: Message) -> str | None:
+    """The parts' boundary, named by the operation key; None if a part holds it.
+
+    Python's generator draws one at random and compiles a pattern per message to check the parts
+    for it (an eighth of serialising a digest); this one is checked with a substring search, and
+    the generator still draws one for a part that holds it.
+    """
+    boundary = "=_" + hashlib.sha256(str(message.key).encode()).hexdigest()[:32]
+    line = f"--{boundary}"
+    return None if line in message.text or line in (message.html or "") else boundary
 
 
 def to_bytes(message: Message) -> bytes:
