@@ -283,10 +283,14 @@ class Message:
     headers: tuple[tuple[str, str], ...] = field(default=())
 
 
+def key_digest(key: OperationKey) -> str:
+    """32 hex digits of the key's SHA-256: a name for one item's message that shows no customer id."""
+    return hashlib.sha256(str(key).encode()).hexdigest()[:32]
+
+
 def message_id_for(key: OperationKey, domain: str = "digest.invalid") -> str:
     """A `Message-ID` stable across retries, so receivers can spot a duplicate (RFC 5322 §3.6.4)."""
-    digest = hashlib.sha256(str(key).encode()).hexdigest()[:32]
-    return f"<{digest}@{domain}>"
+    return f"<{key_digest(key)}@{domain}>"
 
 
 class LookupStatus(StrEnum):

@@ -7,7 +7,6 @@ line break (header injection), no header line is longer than RFC 5322's 998 char
 nothing holds text UTF-8 cannot encode.
 """
 
-import hashlib
 import re
 from email.headerregistry import BaseHeader, HeaderRegistry, UnstructuredHeader
 from email.message import EmailMessage
@@ -16,7 +15,7 @@ from typing import Any
 
 from digest_pipeline.domain.catalogue import encodable
 from digest_pipeline.domain.errors import RenderError
-from digest_pipeline.domain.model import Message
+from digest_pipeline.domain.model import Message, key_digest
 
 # RFC 5322 §2.1.1 allows 998 characters a line. Folding at 78 would turn a long, space-less
 # List-Unsubscribe URL into an encoded word that receivers' one-click unsubscribe cannot use.
@@ -179,7 +178,7 @@ def _boundary(message: Message) -> str | None:
     for it (an eighth of serialising a digest); this one is checked with a substring search, and
     the generator still draws one for a part that holds it.
     """
-    boundary = "=_" + hashlib.sha256(str(message.key).encode()).hexdigest()[:32]
+    boundary = "=_" + key_digest(message.key)
     line = f"--{boundary}"
     return None if line in message.text or line in (message.html or "") else boundary
 
