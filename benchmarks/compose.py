@@ -93,10 +93,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     item, _, first_rows = work[0]
     context = composer.template_context(item, first_rows) | {"preheader": ""}
     rows = [
-        (
-            "compose (whole)",
-            _best_us(lambda: [composer.compose(*w) for w in work], len(work), args.repeats),
-        ),
+        ("compose (whole)", compose_us(args.messages, args.picks, args.repeats)),
         (
             "  of which the 4 templates",
             _best_us(
