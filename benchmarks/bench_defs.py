@@ -7,17 +7,14 @@ multiprocess executor's step processes rebuild the same job with the same mailer
 
 import os
 import threading
-import time
-from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import dagster as dg
 from pydantic import PrivateAttr
 
+from benchmarks.bench_mailer import BenchMailer
 from digest_pipeline.definitions import defs
-from digest_pipeline.domain.failures import SendOutcome
-from digest_pipeline.domain.model import MailerCapabilities, Message
 from digest_pipeline.ports import Mailer
 
 JOB = "weekly_digest_job"
@@ -25,40 +22,6 @@ JOB = "weekly_digest_job"
 LATENCY_ENV = "BENCH_MAILER_LATENCY_MS"
 #: a folder where every process appends the keys it sends to its own file
 KEYS_DIR_ENV = "BENCH_MAILER_KEYS_DIR"
-
-
-class BenchMailer(Mailer):
-    """Accepts every message after `latency_ms`; counts sends per key and can log them to a file."""
-
-    def __init__(self, latency_ms: float = 0.0, keys_file: Path | None = None) -> None:
-        self._latency = latency_ms / 1000
-        self._lock = threading.Lock()
-        self.sends: Counter[str] = Counter()
-        self._keys = keys_file.open("a", encoding="utf-8") if keys_file else None
-
-    @property
-    def capabilities(self) -> MailerCapabilities:
-        # with no latency it is a local call; with one, it stands for a provider's round trip
-        return MailerCapabilities(
-            idempotency_window=None, can_lookup=False, remote=self._latency > 0
-        )
-
-    def send(self, message: Message, *, idempotency_key: str) -> SendOutcome:
-        if self._latency:
-            time.sleep(self._latency)
-        with self._lock:
-            self.sends[idempotency_key] += 1
-            if self._keys is not None:
-                # one line per send, flushed at once, so a count survives the step process
-                self._keys.write(idempotency_key + "\n")
-                self._keys.flush()
-        return SendOutcome.sent(f"bench-{idempotency_key}")
-
-    def close(self) -> None:
-        with self._lock:
-            if self._keys is not None:
-                self._keys.close()
-                self._keys = None
 
 
 #: every BenchMailer opened in this process, so an in-process run's sends can be counted

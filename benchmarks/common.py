@@ -351,6 +351,10 @@ def key_log_duplicates(keys_dir: Path) -> tuple[int, int]:
 # -- one measured run of the real job (inside a child process) -----------------------------
 
 
+#: the setting that gives a batch step delivery helper processes (services/helpers.py)
+DELIVERY_PROCESSES_ENV = "DIGEST_DELIVERY_PROCESSES"
+
+
 @dataclass(frozen=True)
 class JobSpec:
     """One run of `weekly_digest_job`, as a child process receives it (JSON)."""
@@ -385,6 +389,8 @@ def measure_job(raw: Mapping[str, Any]) -> dict[str, Any]:
 
     spec = JobSpec(**raw)
     multiprocess = spec.executor == "multiprocess"
+    # delivery helper processes (DIGEST_DELIVERY_PROCESSES): their sends are counted in files
+    helpers = int((spec.settings or {}).get(DELIVERY_PROCESSES_ENV, "1")) > 1
     work = Path(spec.workdir)
     keys_dir = work / "keys"
     keys_dir.mkdir(parents=True, exist_ok=True)
@@ -398,8 +404,8 @@ def measure_job(raw: Mapping[str, Any]) -> dict[str, Any]:
         "DIGEST_MAILER": "outbox" if outbox else None,
         "DIGEST_OUTBOX_DIR": str(work / "outbox") if outbox else None,
         bench_defs.LATENCY_ENV: str(spec.latency_ms),
-        # only step processes need a file; in one process the mailer's own counter is read
-        bench_defs.KEYS_DIR_ENV: str(keys_dir) if multiprocess else None,
+        # only other processes need a file; in one process the mailer's own counter is read
+        bench_defs.KEYS_DIR_ENV: str(keys_dir) if multiprocess or helpers else None,
     }
     children_seen = True
     with env(variables):
@@ -441,7 +447,7 @@ def measure_job(raw: Mapping[str, Any]) -> dict[str, Any]:
     seeded = Seeded(**spec.seeded)
     if outbox:
         sends, dup_sends = len(list((work / "outbox" / "new").glob("*.eml"))), None
-    elif multiprocess:
+    elif multiprocess or helpers:
         sends, dup_sends = key_log_duplicates(keys_dir)
     else:
         counts: Counter[str] = Counter()

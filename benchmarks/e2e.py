@@ -6,7 +6,9 @@ speed, SQL statements per customer and peak memory belong to that run alone.
 
 Executor `inproc` runs the steps one after another in one process on one core, as `digest run`
 and a UI launch do with the job's default executor (here through `execute_in_process`).
-Executor `multiprocess` runs the same job with run config selecting Dagster's multiprocess
+Executor `inproc2` is `inproc` with `DIGEST_DELIVERY_PROCESSES=2`: each delivery batch step works
+its items in its own process and one helper process (PostgreSQL and the zero-latency mailer
+only, as multiprocess). Executor `multiprocess` runs the same job with run config selecting Dagster's multiprocess
 executor (two step processes from a forkserver, the project's default batch size) for PostgreSQL
 and the zero-latency mailer only: a persistent instance, and the question is whether
 independent delivery batches use both cores.
@@ -27,9 +29,12 @@ SIZES = (10_000, 100_000)
 LARGE = 1_000_000
 BACKENDS = ("sqlite", "postgres")
 MAILERS = ("inproc", "outbox")
-EXECUTORS = ("inproc", "multiprocess")
+EXECUTORS = ("inproc", "inproc2", "multiprocess")
 #: multiprocess: concurrent step processes (this machine's two cores) and how they start
 PROCESSES = 2
+#: inproc2: the in-process executor, each delivery batch step worked by this many processes
+#: (`DIGEST_DELIVERY_PROCESSES`: the step's own and a helper, one a core)
+HELPER_PROCESSES = 2
 START_METHOD = "forkserver"
 FALLBACK_START_METHOD = "spawn"
 COLUMNS = (
@@ -87,8 +92,9 @@ def _row(backend: str, mailer: str, executor: str, m: dict[str, Any]) -> dict[st
             if m["server_statements"] is None
             else round(m["server_statements"] / max(m["eligible"], 1), 2)
         ),
-        # an in-process run has no children; multiprocess: the largest step process
-        "rss_children_mb": m["rss_children_mb"] if executor == "multiprocess" else None,
+        # an in-process run has no children; multiprocess: the largest step process;
+        # inproc2: the largest delivery helper
+        "rss_children_mb": m["rss_children_mb"] if executor != "inproc" else None,
         "accounted": "ok" if m["accounted"] else f"FAIL {m['states']}",
         # the outbox cannot hold two files of one key, so there the ledger is the only witness
         "dup_sends": dup + m["ledger_double_sends"],
@@ -123,6 +129,10 @@ def _measure(backend: str, mailer: str, executor: str, customers: int) -> dict[s
     """One row's run; multiprocess starts steps from a forkserver, or with spawn if that fails."""
     if executor == "inproc":
         m = common.measure_in_child(MODULE, backend, customers, mailer=mailer)
+        return _row(backend, mailer, executor, m)
+    if executor == "inproc2":
+        settings = {common.DELIVERY_PROCESSES_ENV: str(HELPER_PROCESSES)}
+        m = common.measure_in_child(MODULE, backend, customers, mailer=mailer, settings=settings)
         return _row(backend, mailer, executor, m)
     note = None
     for start in (START_METHOD, FALLBACK_START_METHOD):
@@ -174,7 +184,8 @@ def run(opts: Options) -> dict[str, Any]:
             last[key] = row
     common.print_table(
         "End to end: weekly_digest_job, one fresh process per row; executor inproc = "
-        "execute_in_process (one process), multiprocess = execute_job with "
+        "execute_in_process (one process), inproc2 = the same with "
+        f"DIGEST_DELIVERY_PROCESSES={HELPER_PROCESSES}, multiprocess = execute_job with "
         f"{PROCESSES} step processes ({START_METHOD}); cust_per_s = eligible / wall; <asset>_s "
         "from step events (checks_s: sum of check steps; multiprocess deliveries_s includes its "
         "batch steps' process start-up); stmts = ledger database only, "

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import common
-from benchmarks.bench_defs import BenchMailer
+from benchmarks.bench_mailer import BenchMailer
 from digest_pipeline.adapters.clock import SystemClock
 from digest_pipeline.adapters.sql.customer_source import SqlCustomerSource
 from digest_pipeline.adapters.sql.engine import create_ledger_engine

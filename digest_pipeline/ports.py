@@ -6,7 +6,7 @@ contract suite runs the same assertions over both.
 
 from abc import ABC, abstractmethod
 from collections import Counter
-from collections.abc import Collection, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from datetime import datetime, timedelta
 
 from digest_pipeline.domain.catalogue import Order, Product
@@ -57,6 +57,14 @@ class Clock(ABC):
     @abstractmethod
     def now(self) -> datetime:
         """The current time, timezone-aware UTC."""
+
+    def recipe(self) -> "Callable[[], Clock] | None":
+        """How another process makes the same clock (a picklable call); None: it cannot.
+
+        A delivery helper process (`services.helpers`) works with it; a test's clock, which
+        only this process can move, has none, so its runs stay in one process.
+        """
+        return None
 
 
 class CustomerSource(ABC):
@@ -119,6 +127,10 @@ class Mailer(ABC):
     def close(self) -> None:  # noqa: B027 - most mailers hold nothing to release
         """Releases connections; the mailer may be used again afterwards (it reconnects)."""
 
+    def recipe(self) -> "Callable[[], Mailer] | None":
+        """How another process opens an equal mailer (a picklable call); None: it cannot."""
+        return None
+
 
 class Composer(ABC):
     """Renders one customer's digest; a failure raises RenderError (a permanent failure)."""
@@ -130,6 +142,10 @@ class Composer(ABC):
     @property
     def unsubscribe_secret(self) -> str | None:
         """The secret its unsubscribe links are signed with; None for a composer signing none."""
+        return None
+
+    def recipe(self) -> "Callable[[], Composer] | None":
+        """How another process makes an equal composer (a picklable call); None: it cannot."""
         return None
 
 
@@ -445,6 +461,14 @@ class Ledger(
     #: gains by overlapping its own Python with a call on another thread. SQLite's work is
     #: this process's own CPU: overlapping it only adds lock waits (measured, README).
     out_of_process: bool = False
+
+    def recipe(self) -> "Callable[[], Ledger] | None":
+        """How another process opens this same ledger (a picklable call); None: it cannot.
+
+        The ledger it opens must refuse to be another one: a helper that cannot see the run's
+        ledger fails instead of working on a different database.
+        """
+        return None
 
     def iter_needing_content(self, period: Period, page: int = 5_000) -> Iterator[str]:
         """The frozen customer ids, in order, that content generation must write rows for.

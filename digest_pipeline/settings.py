@@ -73,6 +73,8 @@ INT_RANGES: dict[str, tuple[int, int]] = {
     "DIGEST_SMTP_PORT": (1, 65_535),
     # consecutive same-code failures that stop a delivery run; 0 turns the breaker off
     "DIGEST_BREAKER_THRESHOLD": (0, 1_000_000),
+    # processes delivering one batch step's items (services/helpers.py): one per core at most
+    "DIGEST_DELIVERY_PROCESSES": (1, 64),
 }
 
 
@@ -144,6 +146,8 @@ class Settings:
     webhook_secrets: tuple[WebhookSecret, ...] = field(default=(), repr=False)
     #: the replay window of a signed webhook (`DIGEST_WEBHOOK_TOLERANCE_SECONDS`)
     webhook_tolerance: timedelta = DEFAULT_TOLERANCE
+    #: processes that deliver one batch step's items (`DIGEST_DELIVERY_PROCESSES`)
+    delivery_processes: int = 1
 
     def webhook_keys(self) -> dict[str, tuple[bytes, ...]]:
         """Each configured provider's signing keys (two during a rotation)."""
@@ -383,6 +387,7 @@ def load_settings(env: Mapping[str, str], root: Path) -> Settings:
         breaker_threshold=whole("DIGEST_BREAKER_THRESHOLD", DEFAULT_THRESHOLD),
         webhook_secrets=_webhook_secrets(env),
         webhook_tolerance=duration("DIGEST_WEBHOOK_TOLERANCE_SECONDS", DEFAULT_TOLERANCE),
+        delivery_processes=whole("DIGEST_DELIVERY_PROCESSES", 1),
     )
 
 

@@ -1,5 +1,6 @@
 """The real clock: the one place that reads the system time, always as UTC."""
 
+from collections.abc import Callable
 from datetime import UTC, datetime
 
 from digest_pipeline.ports import Clock
@@ -10,3 +11,6 @@ class SystemClock(Clock):
 
     def now(self) -> datetime:
         return datetime.now(UTC)
+
+    def recipe(self) -> "Callable[[], Clock]":
+        return SystemClock

@@ -26,7 +26,7 @@ from digest_pipeline.defs.resources import DeliveryResource
 from digest_pipeline.domain.periods import Period
 from digest_pipeline.domain.states import DeliveryState
 from digest_pipeline.ports import Clock, Composer, Ledger, Mailer
-from digest_pipeline.services.deliver import deliver_due
+from digest_pipeline.services.helpers import deliver_in_processes
 from digest_pipeline.services.metrics import period_metrics
 from digest_pipeline.services.reconcile import reconcile_period
 from digest_pipeline.wiring import build_deliverer
@@ -42,7 +42,7 @@ def plan_batches(
     clock: dg.ResourceParam[Clock],
     delivery: DeliveryResource,
 ) -> Iterator[dg.Output[dict[str, int]] | dg.DynamicOutput[int]]:
-    """Recovers expired leases, then yields one batch per `batch_size` due items."""
+    """Recovers expired leases, then yields one batch per `step_items` due items."""
     period = Period.parse(context.partition_key)
     refuse_missed_week(ledger, delivery.settings().policy, clock, period)
     refuse_changed_snapshot(ledger, clock, period)
@@ -50,7 +50,7 @@ def plan_batches(
     recovered = ledger.recover_expired_leases(now)
     counts = ledger.state_counts(period)
     due = ledger.due_count(now, period)
-    batches = math.ceil(due / delivery.settings().batch_size)
+    batches = math.ceil(due / delivery.settings().step_items)
     context.log.info("period %s: %d due item(s) in %d batch(es)", period, due, batches)
     yield dg.Output(
         {
@@ -88,12 +88,13 @@ def deliver_batch(
         owner=f"{context.run.run_id[:8]}:{context.get_mapping_key()}",
     )
     with refused():
-        report = deliver_due(
+        report = deliver_in_processes(
             deliverer,
+            settings.delivery_processes,
             batch_size=settings.claim_size,
             concurrency=settings.concurrency,
             period=Period.parse(context.partition_key),
-            max_items=settings.batch_size,
+            max_items=settings.step_items,
             breaker_threshold=settings.breaker_threshold,
         )
     return {"claimed": report.claimed, "lost_races": report.lost_races, **report.outcomes}

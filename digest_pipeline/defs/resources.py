@@ -131,11 +131,22 @@ class DeliverySettings:
     dead_letter_rate_threshold: float
     #: consecutive same-code failures that stop a delivery step (`DIGEST_BREAKER_THRESHOLD`)
     breaker_threshold: int = DEFAULT_THRESHOLD
+    #: processes delivering one batch step's items (`DIGEST_DELIVERY_PROCESSES`)
+    delivery_processes: int = 1
 
     @property
     def claim_size(self) -> int:
         """Items a delivery step leases at a time (`domain.waves.claim_size`)."""
         return claim_size(self.batch_size, self.concurrency)
+
+    @property
+    def step_items(self) -> int:
+        """Items one delivery batch step takes: `batch_size` for each of its processes.
+
+        A process's share stays a full batch: a share of half of one spent much of its time
+        starting and draining (README, "Delivery processes").
+        """
+        return self.batch_size * self.delivery_processes
 
 
 class DeliveryResource(dg.ConfigurableResource["DeliveryResource"]):
@@ -157,6 +168,7 @@ class DeliveryResource(dg.ConfigurableResource["DeliveryResource"]):
     unknown_retention_seconds: float | None = None
     late_window_seconds: float | None = None
     breaker_threshold: int | None = None
+    delivery_processes: int | None = None
     stale_after_seconds: float = 6 * 3600.0
     dead_letter_rate_threshold: float = 0.05
 
@@ -176,6 +188,7 @@ class DeliveryResource(dg.ConfigurableResource["DeliveryResource"]):
             self.stale_after_seconds,
             self.dead_letter_rate_threshold,
             s.breaker_threshold,
+            s.delivery_processes,
         )
 
 

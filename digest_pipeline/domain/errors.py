@@ -61,6 +61,10 @@ class LedgerMismatch(DigestError):
     """A process resolved another ledger than the one its run was started with; it refused."""
 
 
+class DeliveryHelperFailed(DigestError):
+    """A delivery helper process (`services.helpers`) failed or ended without its report."""
+
+
 class PossibleDuplicateRefused(ReplayRefused):
     """A replay was refused because a key may already have been delivered; nothing was changed.
 

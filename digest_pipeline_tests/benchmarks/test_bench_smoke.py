@@ -71,14 +71,19 @@ def test_postgres_variants_are_reported_as_skipped_without_a_url(tmp_path, monke
         rows = load(tmp_path, name)["rows"]
         assert rows
         assert all(r["note"] == common.SKIPPED_PG for r in rows)
-    assert [r["executor"] for r in load(tmp_path, "e2e")["rows"]] == ["inproc", "multiprocess"]
+    assert [r["executor"] for r in load(tmp_path, "e2e")["rows"]] == [
+        "inproc",
+        "inproc2",
+        "multiprocess",
+    ]
 
 
 def test_e2e_runs_multiprocess_only_on_postgres_with_the_zero_latency_mailer():
     opts = e2e.Options(backends=e2e.BACKENDS, mailers=e2e.MAILERS, executors=e2e.EXECUTORS)
-    assert [v for v in e2e._variants(opts) if v[2] == "multiprocess"] == [
-        ("postgres", "inproc", "multiprocess")
-    ]
+    for executor in ("inproc2", "multiprocess"):
+        assert [v for v in e2e._variants(opts) if v[2] == executor] == [
+            ("postgres", "inproc", executor)
+        ]
     assert common.run_config("multiprocess", 2, "forkserver")["execution"] == {
         "config": {"multiprocess": {"max_concurrent": 2, "start_method": {"forkserver": {}}}}
     }
@@ -176,6 +181,25 @@ def test_the_celery_rows_account_for_every_send_with_no_duplicate(tmp_path):
     assert (row["mailer_dup_sends"], row["ledger_double_sends"]) == (0, 0)
     assert row["batches"] == row["expected_batches"] > 1
     assert row["workers_used"] >= 1
+
+
+@pytest.mark.integration
+def test_the_two_process_row_runs_the_job_with_a_delivery_helper(tmp_path):
+    require_postgres_url()
+    e2e.run(
+        e2e.Options(
+            sizes=[400],
+            backends=["postgres"],
+            mailers=["inproc"],
+            executors=["inproc2"],
+            json_dir=tmp_path,
+        )
+    )
+    [row] = load(tmp_path, "e2e")["rows"]
+    assert_clean_run(row)
+    # the helper was a child of the run's process, and its sends were counted from its file
+    assert row["rss_children_mb"] > 0
+    assert row["sends"] == row["eligible"] - row["invalid"]
 
 
 @pytest.mark.integration

@@ -23,8 +23,10 @@ an exception, so a retry or a reconciliation resend reuses the key the provider 
 import logging
 import re
 import threading
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from email.utils import parsedate_to_datetime
+from functools import partial
 from typing import Any
 
 import httpx
@@ -81,6 +83,10 @@ class HttpProviderMailer(Mailer):
         return MailerCapabilities(
             idempotency_window=self._settings.idempotency_window, can_lookup=False
         )
+
+    def recipe(self) -> Callable[[], Mailer] | None:
+        # a transport handed in (a test's stand-in provider) stays in this process
+        return None if self._transport is not None else partial(HttpProviderMailer, self._settings)
 
     def send(self, message: Message, *, idempotency_key: str) -> SendOutcome:
         key = str(message.key)

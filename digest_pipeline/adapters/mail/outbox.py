@@ -8,8 +8,10 @@ key can always be looked up, so reconciliation of an outbox `unknown` never need
 import errno
 import os
 import threading
+from collections.abc import Callable
 from datetime import timedelta
 from email.parser import BytesHeaderParser
+from functools import partial
 from pathlib import Path
 
 from digest_pipeline.adapters.mail.mime import to_bytes
@@ -44,6 +46,9 @@ class OutboxMailer(Mailer):
     @property
     def capabilities(self) -> MailerCapabilities:
         return MailerCapabilities(idempotency_window=FOREVER, can_lookup=True, remote=False)
+
+    def recipe(self) -> Callable[[], Mailer]:
+        return partial(OutboxMailer, self._dir)
 
     @property
     def directory(self) -> Path:

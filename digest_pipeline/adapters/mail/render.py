@@ -10,13 +10,13 @@ checks.
 """
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal, InvalidOperation
 from email.headerregistry import Address
 from email.utils import format_datetime
-from functools import lru_cache
+from functools import lru_cache, partial
 from types import MappingProxyType
 from typing import Any
 from urllib.parse import quote
@@ -236,6 +236,7 @@ class Jinja2Composer(Composer):
         self._clock = clock
         self._shop_name = shop_name
         self._settings_refused = self._probe_settings()
+        self._recipe = (sender, unsubscribe_url, unsubscribe_secret, shop_name)
 
     @property
     def unsubscribe_secret(self) -> str:
@@ -312,6 +313,13 @@ class Jinja2Composer(Composer):
             html[-1], text[-1] = html[-1].removesuffix("\n"), text[-1].removesuffix("\n")
         return _PickBlocks(markupsafe.Markup("".join(html)), "".join(text))
 
+    def recipe(self) -> Callable[[], Composer] | None:
+        clock = self._clock.recipe()
+        if clock is None:
+            return None
+        sender, url, secret, shop_name = self._recipe
+        return partial(_composer, sender, url, secret, shop_name, clock)
+
     @property
     def templates(self) -> Mapping[str, jinja2.Template]:
         """The loaded templates by file name (the compose benchmark renders them alone)."""
@@ -349,3 +357,16 @@ class Jinja2Composer(Composer):
             # Each item then fails as it did when compose serialised every message.
             return "the sender or the unsubscribe link cannot be serialised"
         return None
+
+
+def _composer(
+    sender: str, url: str, secret: str, shop_name: str, clock: Callable[[], Clock]
+) -> Jinja2Composer:
+    """`Jinja2Composer.recipe`'s call: the same composer, on a clock made in this process."""
+    return Jinja2Composer(
+        sender=sender,
+        unsubscribe_url=url,
+        unsubscribe_secret=secret,
+        clock=clock(),
+        shop_name=shop_name,
+    )

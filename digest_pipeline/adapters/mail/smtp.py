@@ -12,7 +12,9 @@ import smtplib
 import socket
 import ssl
 import threading
+from collections.abc import Callable
 from email.utils import parseaddr
+from functools import partial
 
 from digest_pipeline.adapters.mail.mime import to_bytes
 from digest_pipeline.domain.errors import RenderError
@@ -141,6 +143,10 @@ class SmtpMailer(Mailer):
     @property
     def capabilities(self) -> MailerCapabilities:
         return MailerCapabilities(idempotency_window=None, can_lookup=False)
+
+    def recipe(self) -> Callable[[], Mailer] | None:
+        # a TLS context handed in (a test's own CA) cannot be sent to another process
+        return None if self._ssl_context is not None else partial(SmtpMailer, self._settings)
 
     def send(self, message: Message, *, idempotency_key: str) -> SendOutcome:
         try:  # first: a refusal is `permanent`, not `unknown`, only because nothing has left

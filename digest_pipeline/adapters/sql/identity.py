@@ -30,6 +30,13 @@ def ledger_id(engine: Engine, now: datetime) -> str:
         return str(conn.execute(select(ledger_identity.c.ledger_id)).scalar_one())
 
 
+def stored_ledger_id(engine: Engine) -> str | None:
+    """The ledger's id if it has one; never creates it (`ledger_id` does)."""
+    with engine.connect() as conn:
+        found = conn.execute(select(ledger_identity.c.ledger_id)).scalar_one_or_none()
+    return None if found is None else str(found)
+
+
 def shown_url(url: str) -> str:
     """The URL with its password masked, for run tags and error lines."""
     return make_url(url).render_as_string(hide_password=True)
