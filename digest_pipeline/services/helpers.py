@@ -143,6 +143,7 @@ def _with_helpers(
     share: _Share,
     should_continue: Callable[[], bool],
 ) -> DeliveryReport:
+    """`deliver_in_processes` once the helpers can be forked: fork, deliver, wait, add up."""
     own, *theirs = (replace(share, max_items=n) for n in shares(share.max_items, processes))
     helpers: list[_Helper] = []
     report = DeliveryReport()
@@ -155,7 +156,11 @@ def _with_helpers(
                 owner = f"{deliverer.owner}/p{n}"
                 helpers.append(_Helper(recipes, deliverer, owner, part, helpers))
         if own.max_items != 0:
-            going = lambda: should_continue() and not any(h.failed for h in helpers)  # noqa: E731
+
+            def going() -> bool:
+                # a helper's error stops this process's claims too
+                return should_continue() and not any(h.failed for h in helpers)
+
             _deliver(deliverer, own, going, report)
     except BaseException:
         for helper in helpers:
@@ -163,14 +168,7 @@ def _with_helpers(
         for helper in helpers:
             helper.wait(lambda: False)
         raise
-    errors: list[DigestError] = []
-    for helper in helpers:
-        helper.wait(should_continue)
-        report.add(helper.report)
-        if helper.error is not None:
-            errors.append(helper.error)
-            for other in helpers:
-                other.stop()
+    errors = _collected(helpers, should_continue, report)
     log_event(
         "delivered_in_processes",
         owner=deliverer.owner,
@@ -181,6 +179,24 @@ def _with_helpers(
     if errors:
         raise _first(errors)
     return report
+
+
+def _collected(
+    helpers: list["_Helper"], should_continue: Callable[[], bool], report: DeliveryReport
+) -> list[DigestError]:
+    """Waits for every helper, adding its counts to `report`; their errors, in helper order.
+
+    The first error tells the helpers still working to stop claiming.
+    """
+    errors: list[DigestError] = []
+    for helper in helpers:
+        helper.wait(should_continue)
+        report.add(helper.report)
+        if helper.error is not None:
+            errors.append(helper.error)
+            for other in helpers:
+                other.stop()
+    return errors
 
 
 def _first(errors: list[DigestError]) -> DigestError:

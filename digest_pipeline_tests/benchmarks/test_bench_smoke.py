@@ -183,20 +183,25 @@ def test_the_celery_rows_account_for_every_send_with_no_duplicate(tmp_path):
     assert row["workers_used"] >= 1
 
 
-@pytest.mark.integration
-def test_the_two_process_row_runs_the_job_with_a_delivery_helper(tmp_path):
+def one_postgres_row(tmp_path: Path, executor: str, customers: int) -> dict[str, Any]:
+    """The e2e row of one PostgreSQL run with the zero-latency mailer, checked clean."""
     require_postgres_url()
-    e2e.run(
-        e2e.Options(
-            sizes=[400],
-            backends=["postgres"],
-            mailers=["inproc"],
-            executors=["inproc2"],
-            json_dir=tmp_path,
-        )
+    opts = e2e.Options(
+        sizes=[customers],
+        backends=["postgres"],
+        mailers=["inproc"],
+        executors=[executor],
+        json_dir=tmp_path,
     )
+    e2e.run(opts)
     [row] = load(tmp_path, "e2e")["rows"]
     assert_clean_run(row)
+    return dict(row)
+
+
+@pytest.mark.integration
+def test_the_two_process_row_runs_the_job_with_a_delivery_helper(tmp_path):
+    row = one_postgres_row(tmp_path, "inproc2", 400)
     # the helper was a child of the run's process, and its sends were counted from its file
     assert row["rss_children_mb"] > 0
     assert row["sends"] == row["eligible"] - row["invalid"]
@@ -204,18 +209,7 @@ def test_the_two_process_row_runs_the_job_with_a_delivery_helper(tmp_path):
 
 @pytest.mark.integration
 def test_a_postgres_row_counts_what_the_server_ran_and_dagsters_event_rows(tmp_path):
-    require_postgres_url()
-    e2e.run(
-        e2e.Options(
-            sizes=[150],
-            backends=["postgres"],
-            mailers=["inproc"],
-            executors=["inproc"],
-            json_dir=tmp_path,
-        )
-    )
-    [row] = load(tmp_path, "e2e")["rows"]
-    assert_clean_run(row)
+    row = one_postgres_row(tmp_path, "inproc", 150)
     # pg_stat_statements is preloaded by scripts/pg-test-cluster.sh: a count, not a skip
     assert row["server_statements"] >= row["server_transactions"] > 0
     assert row["srv_stmts_per_cust"] > 0

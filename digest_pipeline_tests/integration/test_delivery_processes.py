@@ -116,18 +116,19 @@ def week_clock() -> ShiftedClock:
     return ShiftedClock(T0, datetime.now(UTC))
 
 
-def test_two_processes_deliver_every_item_exactly_once(pg, week_clock, tmp_path):
+@pytest.mark.parametrize("processes", [2, 3])
+def test_every_item_is_delivered_exactly_once(processes, pg, week_clock, tmp_path):
     keys = seed_period(pg, 3_000, now=T0, rows_per_customer=1)
     mailer = KeyLogMailer(tmp_path, os.getpid())
     deliverer = make_deliverer(pg, mailer, week_clock, composer=PortableComposer(), owner="step")
-    report = deliver_in_processes(deliverer, 2, batch_size=256, concurrency=16, period=W42)
+    report = deliver_in_processes(deliverer, processes, batch_size=256, concurrency=16, period=W42)
     mailer.close()
     assert report.claimed == 3_000
     assert report.outcomes == {DeliveryState.SENT: 3_000}
     assert sent_keys(tmp_path) == Counter({str(k): 1 for k in keys})
-    # both processes really took part: each recorded attempts under its own owner
+    # every process really took part: each recorded attempts under its own owner
     workers = attempts_by_worker(pg)
-    assert set(workers) == {"step", "step/p1"}
+    assert set(workers) == {"step", *(f"step/p{n}" for n in range(1, processes))}
     assert min(workers.values()) > 0
     final = pg.items(W42)
     assert {(i.state, i.lease_token, i.attempts) for i in final} == {(DeliveryState.SENT, 1, 1)}
@@ -201,8 +202,8 @@ def test_a_helper_refuses_a_ledger_that_is_not_the_runs(pg, week_clock, tmp_path
     with pytest.raises(DeliveryHelperFailed, match=r"LedgerMismatch: .* is not the run's"):
         deliver_in_processes(deliverer, 2, batch_size=64, concurrency=4, period=W42)
     mailer.close()
-    # the helper touched nothing; the step's own process stopped claiming once it failed,
-    # and what it claimed it delivered once
+    # the helper touched nothing; what the step's own process claimed (it stops claiming once
+    # it sees the helper failed) it delivered once, and the rest is still due
     assert set(attempts_by_worker(pg)) == {"step"}
     sent = sent_keys(tmp_path)
     assert sent
