@@ -162,11 +162,12 @@ def _with_helpers(
                 return should_continue() and not any(h.failed for h in helpers)
 
             _deliver(deliverer, own, going, report)
-    except BaseException:
+    except BaseException as e:
         for helper in helpers:
             helper.stop()
-        for helper in helpers:
-            helper.wait(lambda: False)
+        found = _collected(helpers, lambda: False, report)
+        if isinstance(e, DigestError) and (first := _first([e, *found])) is not e:
+            raise first from e  # a helper's tampered snapshot outranks this one's breaker
         raise
     errors = _collected(helpers, should_continue, report)
     log_event(
