@@ -463,7 +463,8 @@ def measure_job(raw: Mapping[str, Any]) -> dict[str, Any]:
         "batches": batches,
         "batch_size": batch_size,
         # the step processes' statements never reach this process's listener
-        "statements": None if multiprocess else statements.count,
+        # this process's listener sees neither step processes' nor helpers' statements
+        "statements": None if multiprocess or helpers else statements.count,
         "server_statements": server.count,
         "server_transactions": server.transactions,
         "event_rows": event_rows,

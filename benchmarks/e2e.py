@@ -6,12 +6,12 @@ speed, SQL statements per customer and peak memory belong to that run alone.
 
 Executor `inproc` runs the steps one after another in one process on one core, as `digest run`
 and a UI launch do with the job's default executor (here through `execute_in_process`).
-Executor `inproc2` is `inproc` with `DIGEST_DELIVERY_PROCESSES=2`: each delivery batch step works
-its items in its own process and one helper process (PostgreSQL and the zero-latency mailer
-only, as multiprocess). Executor `multiprocess` runs the same job with run config selecting Dagster's multiprocess
-executor (two step processes from a forkserver, the project's default batch size) for PostgreSQL
-and the zero-latency mailer only: a persistent instance, and the question is whether
-independent delivery batches use both cores.
+Executor `inproc2` is `inproc` with `DIGEST_DELIVERY_PROCESSES=2`: each delivery batch step
+works its items in its own process and one forked helper (PostgreSQL and the zero-latency
+mailer only, as multiprocess). Executor `multiprocess` runs the same job with run config
+selecting Dagster's multiprocess executor (two step processes from a forkserver, the project's
+default batch size) for PostgreSQL and the zero-latency mailer only: a persistent instance, and
+the question is whether independent delivery batches use both cores.
 """
 
 import argparse
@@ -185,7 +185,8 @@ def run(opts: Options) -> dict[str, Any]:
     common.print_table(
         "End to end: weekly_digest_job, one fresh process per row; executor inproc = "
         "execute_in_process (one process), inproc2 = the same with "
-        f"DIGEST_DELIVERY_PROCESSES={HELPER_PROCESSES}, multiprocess = execute_job with "
+        f"DIGEST_DELIVERY_PROCESSES={HELPER_PROCESSES} (stmts and rss_children_mb as for "
+        "multiprocess, of its helpers), multiprocess = execute_job with "
         f"{PROCESSES} step processes ({START_METHOD}); cust_per_s = eligible / wall; <asset>_s "
         "from step events (checks_s: sum of check steps; multiprocess deliveries_s includes its "
         "batch steps' process start-up); stmts = ledger database only, "
