@@ -7,7 +7,9 @@ the adapters give must make equal ports: the same outbox, the same composer.
 
 import logging
 import ssl
+from collections.abc import Callable
 from datetime import timedelta
+from functools import partial
 
 import httpx
 import pytest
@@ -24,11 +26,12 @@ from digest_pipeline.adapters.sql.ledger import SqlLedger
 from digest_pipeline.domain.model import DigestRow, Message, WorkItem
 from digest_pipeline.domain.periods import OperationKey
 from digest_pipeline.domain.states import DeliveryState
+from digest_pipeline.ports import Clock, Composer
 from digest_pipeline.services.helpers import deliver_in_processes, shares
 from digest_pipeline.settings import ProviderSettings, SmtpSettings
 from digest_pipeline_tests.builders import make_deliverer, seed_period
 from digest_pipeline_tests.conftest import W42
-from digest_pipeline_tests.fakes import FakeLedger, FakeMailer
+from digest_pipeline_tests.fakes import FakeComposer, FakeLedger, FakeMailer, FixedClock
 
 
 @given(st.integers(0, 10**6), st.integers(1, 64))
@@ -49,18 +52,20 @@ def test_fewer_than_one_process_is_refused(clock):
         deliver_in_processes(deliverer, 0, batch_size=10, concurrency=1)
 
 
-@pytest.mark.parametrize(
-    ("backend", "why"),
-    # the fakes and the test's clock have no recipe: another process could not follow them
-    [
-        ("fake", "no_recipe:ledger,mailer,composer,clock"),
-        ("sqlite", "no_recipe:ledger,mailer,composer,clock"),
-    ],
-)
-def test_without_recipes_the_step_delivers_alone_and_says_why(
-    backend, why, sql_engine_factory, clock, caplog
-):
-    ledger = FakeLedger() if backend == "fake" else SqlLedger(sql_engine_factory(backend))
+class _PortableClock(FixedClock):
+    """A fixed clock another process could make: only the ledger lacks a recipe then."""
+
+    def recipe(self) -> Callable[[], Clock]:
+        return partial(_PortableClock, self.now())
+
+
+class _PortableComposer(FakeComposer):
+    def recipe(self) -> Callable[[], Composer]:
+        return _PortableComposer
+
+
+def test_without_recipes_the_step_delivers_alone_and_says_why(clock, caplog):
+    ledger = FakeLedger()
     keys = seed_period(ledger, 40, now=clock.now(), rows_per_customer=1)
     mailer = FakeMailer(clock=clock)
     deliverer = make_deliverer(ledger, mailer, clock)
@@ -69,8 +74,27 @@ def test_without_recipes_the_step_delivers_alone_and_says_why(
     assert report.claimed == 40
     assert report.outcomes == {DeliveryState.SENT: 40}
     assert all(mailer.deliveries_for(k) == 1 for k in keys)
-    lines = [r.getMessage() for r in caplog.records if "delivery_processes" in r.getMessage()]
-    assert lines == [f"event=delivery_processes asked=2 used=1 why={why}"]
+    # the fakes and the test's clock have no recipe: another process could not follow them
+    assert _why(caplog) == [
+        "event=delivery_processes asked=2 used=1 why=no_recipe:ledger,mailer,composer,clock"
+    ]
+
+
+def test_an_sqlite_ledger_is_delivered_by_one_process(sql_engine_factory, clock, caplog, tmp_path):
+    ledger = SqlLedger(sql_engine_factory("sqlite"))
+    seed_period(ledger, 30, now=clock.now(), rows_per_customer=1)
+    mailer = OutboxMailer(tmp_path / "outbox")
+    at = _PortableClock(clock.now())
+    deliverer = make_deliverer(ledger, mailer, at, composer=_PortableComposer())
+    with caplog.at_level(logging.INFO, logger="digest_pipeline"):
+        report = deliver_in_processes(deliverer, 2, batch_size=10, concurrency=2, period=W42)
+    assert report.outcomes == {DeliveryState.SENT: 30}
+    # every other port could be made again; SQLite's writers would only wait for each other
+    assert _why(caplog) == ["event=delivery_processes asked=2 used=1 why=no_recipe:ledger"]
+
+
+def _why(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if "delivery_processes" in r.getMessage()]
 
 
 def test_one_process_asked_is_plain_delivery_without_a_line(clock, caplog):
@@ -80,7 +104,7 @@ def test_one_process_asked_is_plain_delivery_without_a_line(clock, caplog):
     with caplog.at_level(logging.INFO, logger="digest_pipeline"):
         report = deliver_in_processes(deliverer, 1, batch_size=10, concurrency=1, period=W42)
     assert report.claimed == 5
-    assert not [r for r in caplog.records if "delivery_processes" in r.getMessage()]
+    assert _why(caplog) == []
 
 
 def test_the_outbox_recipe_opens_the_same_outbox(tmp_path):
