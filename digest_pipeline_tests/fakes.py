@@ -19,7 +19,7 @@ matter most here: a timeout after the provider accepted, and a worker crash righ
 import enum
 import threading
 from collections import Counter
-from collections.abc import Collection, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import ClassVar
@@ -390,6 +390,13 @@ class FakeComposer(Composer):
         """Keys rendered successfully, in order."""
         with self._lock:
             return list(self._composed)
+
+
+class PortableComposer(FakeComposer):
+    """The fake composer, which a delivery helper process can make for itself (`recipe`)."""
+
+    def recipe(self) -> Callable[[], Composer]:
+        return PortableComposer
 
 
 # -- ledger ------------------------------------------------------------------------------------

@@ -30,7 +30,7 @@ from digest_pipeline.domain.errors import (
 from digest_pipeline.domain.periods import Period
 from digest_pipeline.ports import Clock, Composer, Ledger, Mailer
 from digest_pipeline.services.deliver import Deliverer, DeliveryReport, deliver_due
-from digest_pipeline.services.logs import log_event, logger
+from digest_pipeline.services.logs import item_logger, log_event, logger, step_logger
 
 #: how often the step's own process looks at `should_continue` while it waits for a helper
 _POLL_SECONDS = 0.2
@@ -338,8 +338,8 @@ def _quiet_logging() -> None:
 
     The step's handlers (Dagster's) write to its storage over the step process's connections.
     """
-    for name in (None, logger.name, "digest_pipeline.steps", "digest_pipeline.items"):
-        logging.getLogger(name).handlers.clear()
+    for copied in (logging.getLogger(), logger, step_logger, item_logger):
+        copied.handlers.clear()
     handler = logging.StreamHandler(sys.stderr)
     handler.setLevel(logging.WARNING)
     logger.addHandler(handler)

@@ -25,12 +25,12 @@ from digest_pipeline.domain.errors import BreakerOpen, DeliveryHelperFailed, Led
 from digest_pipeline.domain.failures import FailureClass, SendOutcome
 from digest_pipeline.domain.model import MailerCapabilities, Message
 from digest_pipeline.domain.states import DeliveryState
-from digest_pipeline.ports import Clock, Composer, Ledger, Mailer
+from digest_pipeline.ports import Clock, Ledger, Mailer
 from digest_pipeline.rigs.seeding import T0
 from digest_pipeline.services.helpers import deliver_in_processes
 from digest_pipeline_tests.builders import make_deliverer, seed_period
 from digest_pipeline_tests.conftest import W42
-from digest_pipeline_tests.fakes import FakeComposer
+from digest_pipeline_tests.fakes import PortableComposer
 
 pytestmark = pytest.mark.integration
 
@@ -46,13 +46,6 @@ class ShiftedClock(Clock):
 
     def recipe(self) -> Callable[[], Clock]:
         return partial(ShiftedClock, self._start, self._real_start)
-
-
-class PortableComposer(FakeComposer):
-    """The fake composer, which a helper can make for itself."""
-
-    def recipe(self) -> Callable[[], Composer]:
-        return PortableComposer
 
 
 class KeyLogMailer(Mailer):

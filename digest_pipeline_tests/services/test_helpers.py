@@ -26,12 +26,12 @@ from digest_pipeline.adapters.sql.ledger import SqlLedger
 from digest_pipeline.domain.model import DigestRow, Message, WorkItem
 from digest_pipeline.domain.periods import OperationKey
 from digest_pipeline.domain.states import DeliveryState
-from digest_pipeline.ports import Clock, Composer
+from digest_pipeline.ports import Clock
 from digest_pipeline.services.helpers import deliver_in_processes, shares
 from digest_pipeline.settings import ProviderSettings, SmtpSettings
 from digest_pipeline_tests.builders import make_deliverer, seed_period
 from digest_pipeline_tests.conftest import W42
-from digest_pipeline_tests.fakes import FakeComposer, FakeLedger, FakeMailer, FixedClock
+from digest_pipeline_tests.fakes import FakeLedger, FakeMailer, FixedClock, PortableComposer
 
 
 @given(st.integers(0, 10**6), st.integers(1, 64))
@@ -59,11 +59,6 @@ class _PortableClock(FixedClock):
         return partial(_PortableClock, self.now())
 
 
-class _PortableComposer(FakeComposer):
-    def recipe(self) -> Callable[[], Composer]:
-        return _PortableComposer
-
-
 def test_without_recipes_the_step_delivers_alone_and_says_why(clock, caplog):
     ledger = FakeLedger()
     keys = seed_period(ledger, 40, now=clock.now(), rows_per_customer=1)
@@ -85,7 +80,7 @@ def test_an_sqlite_ledger_is_delivered_by_one_process(sql_engine_factory, clock,
     seed_period(ledger, 30, now=clock.now(), rows_per_customer=1)
     mailer = OutboxMailer(tmp_path / "outbox")
     at = _PortableClock(clock.now())
-    deliverer = make_deliverer(ledger, mailer, at, composer=_PortableComposer())
+    deliverer = make_deliverer(ledger, mailer, at, composer=PortableComposer())
     with caplog.at_level(logging.INFO, logger="digest_pipeline"):
         report = deliver_in_processes(deliverer, 2, batch_size=10, concurrency=2, period=W42)
     assert report.outcomes == {DeliveryState.SENT: 30}

@@ -236,7 +236,6 @@ class Jinja2Composer(Composer):
         self._clock = clock
         self._shop_name = shop_name
         self._settings_refused = self._probe_settings()
-        self._recipe = (sender, unsubscribe_url, unsubscribe_secret, shop_name)
 
     @property
     def unsubscribe_secret(self) -> str:
@@ -317,8 +316,9 @@ class Jinja2Composer(Composer):
         clock = self._clock.recipe()
         if clock is None:
             return None
-        sender, url, secret, shop_name = self._recipe
-        return partial(_composer, sender, url, secret, shop_name, clock)
+        return partial(
+            _composer, self._sender, self._unsubscribe_url, self._secret, self._shop_name, clock
+        )
 
     @property
     def templates(self) -> Mapping[str, jinja2.Template]:
