@@ -34,6 +34,16 @@ from digest_pipeline.services.logs import item_logger, log_event, logger, step_l
 
 #: how often the step's own process looks at `should_continue` while it waits for a helper
 _POLL_SECONDS = 0.2
+#: The threads Dagster's own processes keep beside a step, which a fork may leave behind.
+#: A fork copies only the calling thread, so a lock another thread holds at that moment stays
+#: held in the helper forever; these two only ever hold locks of their own objects, which a
+#: helper never touches. A run worker (a UI launch) and a multiprocess step process both keep
+#: Dagster's `termination-handler`, parked on the run's stop event (it interrupts the step's
+#: own thread, never a helper), and multiprocessing's `QueueFeederThread`, which carries their
+#: events queue to the process that launched them. A helper never puts on that queue, never
+#: logs through Dagster (its handlers are dropped) and leaves by `os._exit`, which skips the
+#: queue's finalizer. Any other thread, however idle, keeps the step in one process.
+PARKED_THREADS = frozenset({"termination-handler", "QueueFeederThread"})
 
 
 @dataclass(frozen=True)
@@ -61,9 +71,8 @@ def _recipes(deliverer: Deliverer) -> _Recipes | str:
     """The deliverer's ports as recipes, or why a helper cannot be forked (a `why=` code)."""
     if not hasattr(os, "fork"):
         return "no_fork"
-    if threading.active_count() > 1:
-        # a fork copies only this thread: a lock another one holds would never be released
-        return "threads_running"
+    if busy := running_threads():
+        return "threads_running:" + ",".join(busy)
     found = {
         "ledger": deliverer.ledger.recipe(),
         "mailer": deliverer.mailer.recipe(),
@@ -74,6 +83,19 @@ def _recipes(deliverer: Deliverer) -> _Recipes | str:
     if missing:
         return "no_recipe:" + ",".join(missing)
     return _Recipes(**found)  # type: ignore[arg-type]
+
+
+def running_threads() -> list[str]:
+    """The names of the threads other than this one that a fork must not leave behind.
+
+    Those are all but Dagster's and multiprocessing's daemon threads in `PARKED_THREADS`.
+    """
+    this = threading.current_thread()
+    return sorted(
+        t.name
+        for t in threading.enumerate()
+        if t is not this and not (t.daemon and t.name in PARKED_THREADS)
+    )
 
 
 def shares(total: int | None, processes: int) -> list[int | None]:
@@ -102,8 +124,8 @@ def deliver_in_processes(
     error, the others are told to stop claiming (they finish the claims they hold); every one
     is waited for, and the error is raised here: a tampered snapshot first, then an open
     breaker, then a helper that failed. With a port that has no recipe (a test's clock, a
-    ledger in this process such as SQLite's), or other threads running, it is `deliver_due`
-    alone, and a line says why.
+    ledger in this process such as SQLite's), or threads running that a fork could leave
+    holding a lock (`running_threads`), it is `deliver_due` alone, and a line says why.
     """
     if processes < 1:
         raise ValueError("processes must be at least 1")

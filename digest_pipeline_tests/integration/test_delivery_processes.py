@@ -31,6 +31,7 @@ from digest_pipeline.services.helpers import deliver_in_processes
 from digest_pipeline_tests.builders import make_deliverer, seed_period
 from digest_pipeline_tests.conftest import W42
 from digest_pipeline_tests.fakes import PortableComposer
+from digest_pipeline_tests.run_worker import run_worker_threads
 
 pytestmark = pytest.mark.integration
 
@@ -125,6 +126,20 @@ def test_every_item_is_delivered_exactly_once(processes, pg, week_clock, tmp_pat
     assert min(workers.values()) > 0
     final = pg.items(W42)
     assert {(i.state, i.lease_token, i.attempts) for i in final} == {(DeliveryState.SENT, 1, 1)}
+    assert all(r.passed for r in pg.check_invariants(W42, week_clock.now()))
+
+
+def test_helpers_fork_beside_a_run_workers_threads_and_deliver_once(pg, week_clock, tmp_path):
+    # a UI launch (run worker) or a multiprocess or Celery step process, as far as threads go
+    keys = seed_period(pg, 2_000, now=T0, rows_per_customer=1)
+    mailer = KeyLogMailer(tmp_path, os.getpid())
+    deliverer = make_deliverer(pg, mailer, week_clock, composer=PortableComposer(), owner="step")
+    with run_worker_threads():
+        report = deliver_in_processes(deliverer, 2, batch_size=256, concurrency=16, period=W42)
+    mailer.close()
+    assert report.outcomes == {DeliveryState.SENT: 2_000}
+    assert sent_keys(tmp_path) == Counter({str(k): 1 for k in keys})
+    assert set(attempts_by_worker(pg)) == {"step", "step/p1"}
     assert all(r.passed for r in pg.check_invariants(W42, week_clock.now()))
 
 

@@ -6,13 +6,18 @@ webserver and daemon, since the project's QueuedRunCoordinator needs the daemon 
 serves that home. The tests ask the GraphQL the UI asks: the job's Runs tab lists the
 `digest run` run with the snapshot the code location reports, and "Materialize all" for the
 delivered week runs in process (the project's default executor) and sends nothing new.
+
+On a PostgreSQL ledger, a UI launch's delivery steps fork their helper processes
+(`DIGEST_DELIVERY_PROCESSES`) beside the run worker's own threads, in process and multiprocess.
 """
 
 import os
 import subprocess
 import sys
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import dagster as dg
@@ -20,11 +25,15 @@ import pytest
 from sqlalchemy import func, select
 
 from digest_pipeline.adapters.sql.engine import create_ledger_engine
-from digest_pipeline.adapters.sql.schema import attempts
+from digest_pipeline.adapters.sql.invariants import evaluate_invariants
+from digest_pipeline.adapters.sql.schema import attempts, work_items
 from digest_pipeline.definitions import defs
 from digest_pipeline.defs.execution import digest_executor
+from digest_pipeline.domain.periods import Period
+from digest_pipeline.domain.states import DeliveryState
 from digest_pipeline.instance import prepare_home
 from digest_pipeline.rigs.bootstrap import PROJECT_ROOT
+from digest_pipeline.rigs.servers.celery_rig import seeded_ledger
 from digest_pipeline.rigs.servers.webserver import (
     JOB,
     LOCATION,
@@ -40,7 +49,7 @@ from digest_pipeline.rigs.servers.webserver import (
     seed_week,
     wait_for_run,
 )
-from digest_pipeline_tests.conftest import W42
+from digest_pipeline_tests.conftest import W42, require_postgres_url
 
 # digest run (~10 s) and `dagster dev` start-up (~15 s) are set up once for the module
 pytestmark = pytest.mark.timeout(600)
@@ -162,3 +171,68 @@ def test_the_jobs_snapshot_id_is_the_same_in_every_process():
         for _ in range(3)
     }
     assert ids == {defs().resolve_job_def(JOB).get_job_snapshot_id()}
+
+
+#: a UI launch on PostgreSQL with a helper per delivery step: 600 customers, 2 batch steps
+HELPER_SHOP = {"DIGEST_DELIVERY_PROCESSES": "2", "DIGEST_BATCH_SIZE": "150"}
+
+
+def _settled_once(url: str, period: Period) -> tuple[Counter[str], dict[str, int]]:
+    """The period's items by state, and the keys with other than one attempt (none, if once).
+
+    Fails if any ledger invariant does not hold.
+    """
+    engine = create_ledger_engine(url)
+    try:
+        with engine.connect() as conn:
+            states = dict(
+                conn.execute(
+                    select(work_items.c.operation_key, work_items.c.state).where(
+                        work_items.c.period == str(period)
+                    )
+                ).all()
+            )
+            tries = Counter(
+                conn.execute(
+                    select(attempts.c.operation_key).where(attempts.c.operation_key.in_(states))
+                ).scalars()
+            )
+            failed = [
+                r.name for r in evaluate_invariants(conn, period, datetime.now(UTC)) if not r.passed
+            ]
+    finally:
+        engine.dispose()
+    assert failed == [], f"{period}: invariants violated: {failed}"
+    return Counter(states.values()), {k: n for k in states if (n := tries[k]) != 1}
+
+
+def test_a_ui_launch_on_postgresql_delivers_with_helper_processes(tmp_path):
+    url, _ = seeded_ledger(require_postgres_url(), "digest_ui_helpers", customers=600, seed=3)
+    # the runs use the real clock: keep the seeded weeks' delivery window open (as seed_week)
+    window = datetime.now(UTC) + timedelta(days=1) - W42.ends_at
+    home = prepare_home(PROJECT_ROOT, {}, tmp_path / "home")
+    env = {
+        **hermetic_environ(),
+        **HELPER_SHOP,
+        "DIGEST_DATABASE_URL": url,
+        "DIGEST_MAILER": "outbox",
+        "DIGEST_OUTBOX_DIR": str(tmp_path / "outbox"),
+        "DIGEST_DELIVERY_WINDOW_SECONDS": str(int(window.total_seconds())),
+        "DAGSTER_HOME": str(home),
+    }
+    w43 = Period(2026, 43)
+    with running_webserver(env, tmp_path / "logs", dev=True, stop_timeout=60) as server:
+        for period, config in ((W42, None), (w43, {"execution": {"config": {"multiprocess": {}}}})):
+            run_id = launch_partition(server, period.partition_key, run_config=config)
+            run = wait_for_run(server, run_id, timeout=300)
+            messages = run_messages(server, run_id)
+            assert run["status"] == "SUCCESS", messages[-20:]
+            # every batch step forked its helper: none delivered alone (`why=...`)
+            helped = [m for m in messages if m.startswith("event=delivered_in_processes")]
+            assert helped, messages
+            assert all(" processes=2 " in m for m in helped), helped
+            assert not [m for m in messages if m.startswith("event=delivery_processes")]
+            states, not_once = _settled_once(url, period)
+            assert not_once == {}, f"{period}: keys not tried exactly once: {not_once}"
+            assert set(states) <= {DeliveryState.CLEANED, DeliveryState.FAILED}, states
+            assert states[DeliveryState.CLEANED] > 0

@@ -7,6 +7,7 @@ the adapters give must make equal ports: the same outbox, the same composer.
 
 import logging
 import ssl
+import threading
 from collections.abc import Callable
 from datetime import timedelta
 from functools import partial
@@ -27,11 +28,17 @@ from digest_pipeline.domain.model import DigestRow, Message, WorkItem
 from digest_pipeline.domain.periods import OperationKey
 from digest_pipeline.domain.states import DeliveryState
 from digest_pipeline.ports import Clock
-from digest_pipeline.services.helpers import deliver_in_processes, shares
+from digest_pipeline.services.helpers import (
+    PARKED_THREADS,
+    deliver_in_processes,
+    running_threads,
+    shares,
+)
 from digest_pipeline.settings import ProviderSettings, SmtpSettings
 from digest_pipeline_tests.builders import make_deliverer, seed_period
 from digest_pipeline_tests.conftest import W42
 from digest_pipeline_tests.fakes import FakeLedger, FakeMailer, FixedClock, PortableComposer
+from digest_pipeline_tests.run_worker import run_worker_threads
 
 
 @given(st.integers(0, 10**6), st.integers(1, 64))
@@ -86,6 +93,42 @@ def test_an_sqlite_ledger_is_delivered_by_one_process(sql_engine_factory, clock,
     assert report.outcomes == {DeliveryState.SENT: 30}
     # every other port could be made again; SQLite's writers would only wait for each other
     assert _why(caplog) == ["event=delivery_processes asked=2 used=1 why=no_recipe:ledger"]
+
+
+def test_a_thread_beside_the_step_keeps_it_in_one_process_and_is_named(clock, caplog):
+    ledger = FakeLedger()
+    seed_period(ledger, 20, now=clock.now(), rows_per_customer=1)
+    deliverer = make_deliverer(ledger, FakeMailer(clock=clock), clock)
+    release = threading.Event()
+    poller = threading.Thread(target=release.wait, name="poller", daemon=True)
+    poller.start()
+    try:
+        with caplog.at_level(logging.INFO, logger="digest_pipeline"):
+            report = deliver_in_processes(deliverer, 2, batch_size=10, concurrency=2, period=W42)
+    finally:
+        release.set()
+        poller.join()
+    assert report.outcomes == {DeliveryState.SENT: 20}
+    # checked before the recipes: whatever else is missing, a fork is already ruled out
+    [line] = _why(caplog)
+    assert line.startswith("event=delivery_processes asked=2 used=1 why=threads_running:")
+    assert "poller" in line.split("why=threads_running:")[1].split(",")
+
+
+def test_dagsters_parked_threads_do_not_keep_the_step_in_one_process():
+    baseline = running_threads()  # a test runner may keep threads of its own
+    with run_worker_threads() as started:
+        assert started == PARKED_THREADS
+        assert running_threads() == baseline
+    # a thread of another kind with one of their names still counts
+    release = threading.Event()
+    lookalike = threading.Thread(target=release.wait, name="termination-handler")
+    lookalike.start()
+    try:
+        assert running_threads() == sorted([*baseline, "termination-handler"])
+    finally:
+        release.set()
+        lookalike.join()
 
 
 def _why(caplog: pytest.LogCaptureFixture) -> list[str]:
