@@ -13,9 +13,11 @@ fails the run, after which a re-run finishes the week with nothing lost and noth
 import math
 import os
 import signal
+import subprocess
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
 from sqlalchemy import Engine, func, select
@@ -207,27 +209,38 @@ def _batch_in_flight(rig: CeleryRig, run_id: str, worker: str) -> str | None:
     return None
 
 
+def _launch_until_a_batch_is_in_flight(
+    rig: CeleryRig, period: Period, worker: str
+) -> tuple["subprocess.Popen[str]", str, str]:
+    """Launches `digest run` for the week; returns it, its run id and a batch in flight on
+    `worker` (the batch step's owner), as soon as there is one."""
+    launcher = rig.digest("run", "--period", str(period))
+    run_id = ""
+    owner = None
+    deadline = time.monotonic() + 600
+    while owner is None:
+        assert launcher.poll() is None, finished(launcher)[1]
+        assert time.monotonic() < deadline, f"no batch ever ran on {worker}"
+        time.sleep(0.05)
+        if not run_id:
+            if not (rig.launcher / "dagster_home").is_dir():
+                continue  # `digest run` has not made its Dagster home yet
+            with rig.instance() as instance:
+                runs = instance.get_runs(limit=1)
+            if runs and runs[0].tags.get("dagster/partition") == period.partition_key:
+                run_id = runs[0].run_id
+            continue
+        owner = _batch_in_flight(rig, run_id, worker)
+    return launcher, run_id, owner
+
+
 def test_a_worker_killed_inside_a_batch_fails_the_run_and_a_rerun_finishes_the_week(
     rig: CeleryRig, provider: ProviderServer
 ) -> None:
     w1 = rig.start_worker("w1")
     w2 = rig.start_worker("w2")
     assert w1.process.poll() is None
-    launcher = rig.digest("run", "--period", str(W43))
-    run_id = ""
-    owner = None
-    deadline = time.monotonic() + 600
-    while owner is None:
-        assert launcher.poll() is None, finished(launcher)[1]
-        assert time.monotonic() < deadline, "no batch ever ran on w2"
-        time.sleep(0.05)
-        if not run_id:
-            with rig.instance() as instance:
-                runs = instance.get_runs(limit=1)
-            if runs and runs[0].tags.get("dagster/partition") == W43.partition_key:
-                run_id = runs[0].run_id
-            continue
-        owner = _batch_in_flight(rig, run_id, "w2")
+    launcher, _, owner = _launch_until_a_batch_is_in_flight(rig, W43, "w2")
     pool = w2.pool_pids()
     assert pool, w2.log
     for pid in pool:
@@ -245,18 +258,101 @@ def test_a_worker_killed_inside_a_batch_fails_the_run_and_a_rerun_finishes_the_w
     finally:
         engine.dispose()
     assert left, "the killed batch had finished before the kill"
-    # the dead step's leases run out (real time: the workers' clocks are real); then the re-run,
-    # on either worker (w2's main process started a new pool process), takes the week over
+    _finish_after_the_kill(rig, provider, W43)
+
+
+def _finish_after_the_kill(rig: CeleryRig, provider: ProviderServer, period: Period) -> None:
+    """Re-runs the week once the dead step's leases run out, sweeps, and checks it was once."""
+    # real time: the workers' clocks are real; the re-run takes the week over on either
+    # worker (the killed pool process's worker started a new one)
     time.sleep(LEASE_SECONDS + 1)
-    code, output = finished(rig.digest("run", "--period", str(W43)))
+    code, output = finished(rig.digest("run", "--period", str(period)))
     assert code == 0, output
     # what the re-run found not yet due (the dead claim's retries) the sweep delivers
     for _ in range(10):
         if all(
-            s in (DeliveryState.CLEANED, DeliveryState.FAILED) for s in _states(rig, W43).values()
+            s in (DeliveryState.CLEANED, DeliveryState.FAILED)
+            for s in _states(rig, period).values()
         ):
             break
         time.sleep(2)
         code, output = finished(rig.digest("sweep"))
         assert code == 0, output
-    _assert_week_done_once(rig, provider, W43)
+    _assert_week_done_once(rig, provider, period)
+
+
+@pytest.fixture(scope="module")
+def helper_rig(
+    tmp_path_factory: pytest.TempPathFactory, provider: ProviderServer
+) -> Iterator[CeleryRig]:
+    """A shop of its own whose batch steps each fork a delivery helper."""
+    ledger_url, _ = seeded_ledger(
+        require_postgres_url(), "digest_celery_helpers", customers=CUSTOMERS, seed=12
+    )
+    dagster_url = fresh_database(require_url("DAGSTER_TEST_PG_URL"), "dagster_celery_helpers")
+    settings = provider_settings(
+        ledger_url,
+        require_redis_url(),
+        provider,
+        DIGEST_BATCH_SIZE=str(BATCH_SIZE),
+        DIGEST_CONCURRENCY=str(CONCURRENCY),
+        DIGEST_LEASE_SECONDS=str(LEASE_SECONDS),
+        DIGEST_RETRY_BASE_SECONDS="1",
+        DIGEST_RETRY_CAP_SECONDS="2",
+        DIGEST_DELIVERY_PROCESSES="2",
+    )
+    rig = CeleryRig(tmp_path_factory.mktemp("celery-helpers"), settings, dagster_url)
+    try:
+        yield rig
+    finally:
+        rig.stop_workers()
+
+
+def _alive(pid: int) -> bool:
+    """Whether the process exists and has not ended (a zombie has ended)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+
+
+def test_a_killed_step_process_takes_its_delivery_helper_with_it(
+    helper_rig: CeleryRig, provider: ProviderServer
+) -> None:
+    # the other shop's workers (same broker) are stopped after each test; this one has its own
+    worker = helper_rig.start_worker("h1")
+    try:
+        launcher, _, owner = _launch_until_a_batch_is_in_flight(helper_rig, W42, "h1")
+        steps, helpers = worker.pool_pids(), worker.helper_pids()
+        assert helpers, "the batch step forked no helper"
+        killed_at = datetime.now(UTC)
+        for pid in steps:
+            os.kill(pid, signal.SIGKILL)
+        # the helper dies with its step (PR_SET_PDEATHSIG), not only at its next claim
+        deadline = time.monotonic() + 60
+        while any(_alive(pid) for pid in helpers):
+            assert time.monotonic() < deadline, f"helpers {helpers} outlived their step"
+            time.sleep(0.1)
+        code, output = finished(launcher)
+        assert code != 0, output
+    finally:
+        helper_rig.stop_workers()
+    engine = _ledger(helper_rig)
+    try:
+        with engine.connect() as conn:
+            after = conn.execute(
+                select(func.count())
+                .select_from(attempts)
+                .where(attempts.c.worker == f"{owner}/p1", attempts.c.started_at > killed_at)
+            ).scalar_one()
+    finally:
+        engine.dispose()
+    # at most the one wave it was starting as the kill landed; a helper that lived on to its
+    # next claim would have started the rest of its claim (8 waves)
+    assert after <= CONCURRENCY, f"the helper started {after} sends after its step was killed"
+    helper_rig.start_worker("h2")
+    try:
+        _finish_after_the_kill(helper_rig, provider, W42)
+    finally:
+        helper_rig.stop_workers()

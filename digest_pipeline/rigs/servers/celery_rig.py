@@ -74,13 +74,23 @@ class Worker:
         """The prefork pool's processes, the ones that execute steps.
 
         The worker's session holds `dagster-celery`, Celery's main process and its pool
-        children: a pool child is a process whose parent's parent is in the session too.
+        children (and their delivery helpers): a pool child's parent's parent is the session's
+        leader, `dagster-celery`.
         """
+        parents = self._parents()
+        return sorted(p for p, up in parents.items() if parents.get(up) == self.process.pid)
+
+    def helper_pids(self) -> list[int]:
+        """The delivery helpers the pool's processes have forked (`DIGEST_DELIVERY_PROCESSES`)."""
+        pool = set(self.pool_pids())
+        return sorted(p for p, up in self._parents().items() if up in pool)
+
+    def _parents(self) -> dict[int, int]:
+        """Each live process of the worker's session, with its parent."""
         found = subprocess.run(
             ["pgrep", "-s", str(self.process.pid)], capture_output=True, text=True, check=False
         ).stdout.split()
-        pids = {int(p) for p in found}
-        return sorted(p for p in pids if _parent(p) in pids and _parent(_parent(p)) in pids)
+        return {int(p): _parent(int(p)) for p in found}
 
     def stop(self) -> None:
         if self.process.poll() is None:
