@@ -462,7 +462,6 @@ def measure_job(raw: Mapping[str, Any]) -> dict[str, Any]:
         "steps": steps,
         "batches": batches,
         "batch_size": batch_size,
-        # the step processes' statements never reach this process's listener
         # this process's listener sees neither step processes' nor helpers' statements
         "statements": None if multiprocess or helpers else statements.count,
         "server_statements": server.count,
