@@ -27,6 +27,7 @@ from digest_pipeline.domain.periods import Period
 from digest_pipeline.domain.states import CLAIMABLE, DeliveryState
 from digest_pipeline.instance import prepare_home
 from digest_pipeline.services import late
+from digest_pipeline.services.helpers import allow_forks_beside, between_forks
 from digest_pipeline.services.metrics import period_metrics
 
 JOB = "weekly_digest_job"
@@ -82,6 +83,9 @@ class Progress:
         self._ctx, self._period = ctx, period
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True)
+        # its ledger reads and writes wait while a delivery step forks a helper, so the step
+        # still forks beside it (DIGEST_DELIVERY_PROCESSES)
+        allow_forks_beside(self._thread)
 
     def __enter__(self) -> "Progress":
         self._thread.start()
@@ -98,7 +102,8 @@ class Progress:
         live = self._ctx.err.isatty()
         while not self._stop.wait(0.5):
             if live:
-                self._draw()
+                with between_forks():
+                    self._draw()
 
     def _draw(self) -> None:
         counts = self._ctx.ledger.state_counts(self._period)

@@ -17,7 +17,8 @@ import select
 import signal
 import sys
 import threading
-from collections.abc import Callable
+import weakref
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -44,6 +45,11 @@ _POLL_SECONDS = 0.2
 #: logs through Dagster (its handlers are dropped) and leaves by `os._exit`, which skips the
 #: queue's finalizer. Any other thread, however idle, keeps the step in one process.
 PARKED_THREADS = frozenset({"termination-handler", "QueueFeederThread"})
+#: Held while a helper is forked, and by this project's own threads (`digest run`'s progress
+#: line) for all the work they do, so a fork never copies that work half done.
+_FORK_LOCK = threading.Lock()
+#: this project's threads that work only inside `between_forks` (`allow_forks_beside`)
+_BETWEEN_FORKS: "weakref.WeakSet[threading.Thread]" = weakref.WeakSet()
 
 
 @dataclass(frozen=True)
@@ -88,14 +94,31 @@ def _recipes(deliverer: Deliverer) -> _Recipes | str:
 def running_threads() -> list[str]:
     """The names of the threads other than this one that a fork must not leave behind.
 
-    Those are all but Dagster's and multiprocessing's daemon threads in `PARKED_THREADS`.
+    Those are all but Dagster's and multiprocessing's daemon threads in `PARKED_THREADS` and
+    this project's threads that work only `between_forks`.
     """
     this = threading.current_thread()
     return sorted(
         t.name
         for t in threading.enumerate()
-        if t is not this and not (t.daemon and t.name in PARKED_THREADS)
+        if t is not this and t not in _BETWEEN_FORKS and not (t.daemon and t.name in PARKED_THREADS)
     )
+
+
+@contextlib.contextmanager
+def between_forks() -> Iterator[None]:
+    """Holds off the forking of helpers while the calling thread does some work.
+
+    A thread that does all its work inside this (and is marked with `allow_forks_beside`) is
+    only ever parked when a helper is forked beside it, so it is no reason to deliver alone.
+    """
+    with _FORK_LOCK:
+        yield
+
+
+def allow_forks_beside(thread: threading.Thread) -> None:
+    """Marks `thread` as one that works only `between_forks` (call it before starting it)."""
+    _BETWEEN_FORKS.add(thread)
 
 
 def shares(total: int | None, processes: int) -> list[int | None]:
@@ -252,7 +275,8 @@ class _Helper:
         stop_read, self._stop = os.pipe()
         self._results, result_write = os.pipe()
         parent = os.getpid()
-        pid = os.fork()
+        with _FORK_LOCK:  # never while a thread of ours is half way through its work
+            pid = os.fork()
         if pid == 0:  # the helper: never returns
             # Nothing the fork copied is ever collected here: a finalizer of the step
             # process's garbage (a database connection's) would talk on the step's sockets.

@@ -8,6 +8,7 @@ sent twice, by whichever processes, shows.
 
 import os
 import signal
+import threading
 from collections import Counter
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -27,7 +28,11 @@ from digest_pipeline.domain.model import MailerCapabilities, Message
 from digest_pipeline.domain.states import DeliveryState
 from digest_pipeline.ports import Clock, Ledger, Mailer
 from digest_pipeline.rigs.seeding import T0
-from digest_pipeline.services.helpers import deliver_in_processes
+from digest_pipeline.services.helpers import (
+    allow_forks_beside,
+    between_forks,
+    deliver_in_processes,
+)
 from digest_pipeline_tests.builders import make_deliverer, seed_period
 from digest_pipeline_tests.conftest import W42
 from digest_pipeline_tests.fakes import PortableComposer
@@ -140,6 +145,35 @@ def test_helpers_fork_beside_a_run_workers_threads_and_deliver_once(pg, week_clo
     assert report.outcomes == {DeliveryState.SENT: 2_000}
     assert sent_keys(tmp_path) == Counter({str(k): 1 for k in keys})
     assert set(attempts_by_worker(pg)) == {"step", "step/p1"}
+    assert all(r.passed for r in pg.check_invariants(W42, week_clock.now()))
+
+
+def test_helpers_fork_beside_a_progress_line_reading_the_same_ledger(pg, week_clock, tmp_path):
+    # `digest run`'s progress line on a terminal: the step's own ledger, read all the time
+    keys = seed_period(pg, 2_000, now=T0, rows_per_customer=1)
+    stop = threading.Event()
+    reads: list[int] = []
+
+    def draw() -> None:
+        while not stop.is_set():
+            with between_forks():
+                reads.append(sum(pg.state_counts(W42).values()))
+
+    progress = threading.Thread(target=draw, daemon=True)
+    allow_forks_beside(progress)
+    progress.start()
+    mailer = KeyLogMailer(tmp_path, os.getpid())
+    deliverer = make_deliverer(pg, mailer, week_clock, composer=PortableComposer(), owner="step")
+    try:
+        report = deliver_in_processes(deliverer, 3, batch_size=128, concurrency=8, period=W42)
+    finally:
+        stop.set()
+        progress.join()
+    mailer.close()
+    assert reads, "the progress line never read the ledger"
+    assert report.outcomes == {DeliveryState.SENT: 2_000}
+    assert sent_keys(tmp_path) == Counter({str(k): 1 for k in keys})
+    assert set(attempts_by_worker(pg)) == {"step", "step/p1", "step/p2"}
     assert all(r.passed for r in pg.check_invariants(W42, week_clock.now()))
 
 

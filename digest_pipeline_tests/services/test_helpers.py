@@ -30,6 +30,8 @@ from digest_pipeline.domain.states import DeliveryState
 from digest_pipeline.ports import Clock
 from digest_pipeline.services.helpers import (
     PARKED_THREADS,
+    allow_forks_beside,
+    between_forks,
     deliver_in_processes,
     running_threads,
     shares,
@@ -129,6 +131,29 @@ def test_dagsters_parked_threads_do_not_keep_the_step_in_one_process():
     finally:
         release.set()
         lookalike.join()
+
+
+def test_a_thread_that_works_only_between_forks_does_not_count():
+    baseline = running_threads()
+    release = threading.Event()
+
+    def work() -> None:
+        while not release.wait(0.01):
+            with between_forks():
+                pass
+
+    marked = threading.Thread(target=work, name="progress")
+    allow_forks_beside(marked)
+    twin = threading.Thread(target=release.wait, name="progress")
+    marked.start()
+    twin.start()
+    try:
+        # only the unmarked one of the two
+        assert running_threads() == sorted([*baseline, "progress"])
+    finally:
+        release.set()
+        marked.join()
+        twin.join()
 
 
 def _why(caplog: pytest.LogCaptureFixture) -> list[str]:

@@ -244,18 +244,21 @@ def seeded_ledger(
 
 
 def provider_settings(
-    ledger_url: str, broker_url: str, provider: ProviderServer, **extra: str
+    ledger_url: str, broker_url: str | None, provider: ProviderServer, **extra: str
 ) -> dict[str, str]:
-    """The run's `DIGEST_*` settings: Celery on `broker_url`, the ledger, the HTTP provider.
+    """The run's `DIGEST_*` settings: the ledger, the HTTP provider, and Celery on `broker_url`.
 
-    The workers' clocks are real, so the seeded weeks (2026-W42 on) keep their delivery window
+    Without a broker the steps run in the launcher's process (the default executor). The
+    workers' clocks are real, so the seeded weeks (2026-W42 on) keep their delivery window
     open until a day from now.
     """
     window = datetime.now(UTC) + timedelta(days=1) - SEEDED_WEEK.ends_at
+    celery = (
+        {"DIGEST_EXECUTOR": "celery", "DIGEST_CELERY_BROKER_URL": broker_url} if broker_url else {}
+    )
     return {
         "DIGEST_DATABASE_URL": ledger_url,
-        "DIGEST_EXECUTOR": "celery",
-        "DIGEST_CELERY_BROKER_URL": broker_url,
+        **celery,
         "DIGEST_MAILER": "http",
         "DIGEST_PROVIDER_URL": provider.url,
         "DIGEST_PROVIDER_API_KEY": provider.api_key,
