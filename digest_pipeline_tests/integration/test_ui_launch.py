@@ -206,6 +206,7 @@ def _settled_once(url: str, period: Period) -> tuple[Counter[str], dict[str, int
     return Counter(states.values()), {k: n for k in states if (n := tries[k]) != 1}
 
 
+@pytest.mark.integration
 def test_a_ui_launch_on_postgresql_delivers_with_helper_processes(tmp_path):
     url, _ = seeded_ledger(require_postgres_url(), "digest_ui_helpers", customers=600, seed=3)
     # the runs use the real clock: keep the seeded weeks' delivery window open (as seed_week)
