@@ -20,10 +20,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from sqlalchemy import Engine, func, select
+from sqlalchemy import func, select
 
-from digest_pipeline.adapters.sql.engine import create_ledger_engine
-from digest_pipeline.adapters.sql.invariants import evaluate_invariants
 from digest_pipeline.adapters.sql.schema import attempts, eligibility_snapshot, work_items
 from digest_pipeline.domain.periods import Period
 from digest_pipeline.domain.states import DeliveryState
@@ -41,6 +39,12 @@ from digest_pipeline_tests.conftest import (
     require_postgres_url,
     require_redis_url,
     require_url,
+)
+from digest_pipeline_tests.integration.provider_weeks import (
+    assert_week_done_once,
+    ledger,
+    states,
+    sweep_until_finished,
 )
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(1500)]
@@ -90,48 +94,6 @@ def _workers_stop(rig: CeleryRig) -> Iterator[None]:
     rig.stop_workers()
 
 
-def _ledger(rig: CeleryRig) -> Engine:
-    return create_ledger_engine(rig.settings["DIGEST_DATABASE_URL"])
-
-
-def _states(rig: CeleryRig, period: Period) -> dict[str, str]:
-    engine = _ledger(rig)
-    try:
-        with engine.connect() as conn:
-            rows = conn.execute(
-                select(work_items.c.operation_key, work_items.c.state).where(
-                    work_items.c.period == str(period)
-                )
-            ).all()
-    finally:
-        engine.dispose()
-    return {key: state for key, state in rows}
-
-
-def _assert_week_done_once(rig: CeleryRig, provider: ProviderServer, period: Period) -> None:
-    """Every item finished, every invariant holds, and the provider stored each key once."""
-    states = _states(rig, period)
-    assert states, f"{period} has no work items"
-    open_states = {
-        k: s for k, s in states.items() if s not in (DeliveryState.CLEANED, DeliveryState.FAILED)
-    }
-    assert open_states == {}, f"{period}: items not finished: {open_states}"
-    engine = _ledger(rig)
-    try:
-        with engine.connect() as conn:
-            failed = [
-                r.name for r in evaluate_invariants(conn, period, datetime.now(UTC)) if not r.passed
-            ]
-    finally:
-        engine.dispose()
-    assert failed == [], f"{period}: invariants violated: {failed}"
-    stored = provider.stored
-    cleaned = {k for k, s in states.items() if s == DeliveryState.CLEANED}
-    assert {k for k in stored if k in states} == cleaned, "sent items are those the provider holds"
-    twice = {k: len(v) for k, v in stored.items() if k in states and len(v) != 1}
-    assert twice == {}, f"messages stored more than once: {twice}"
-
-
 @pytest.mark.parametrize(
     ("missing", "line"),
     [
@@ -149,7 +111,7 @@ def test_a_worker_without_the_runs_settings_refuses_its_step(
     assert code != 0, output
     summary = output.split("\n\nstate", 1)[0]  # the lines before the summary table
     assert line in summary, output
-    engine = _ledger(rig)
+    engine = ledger(rig)
     try:
         with engine.connect() as conn:
             frozen = conn.execute(select(func.count()).select_from(eligibility_snapshot)).scalar()
@@ -171,7 +133,7 @@ def test_two_workers_deliver_a_week_with_no_shared_disk(
     with rig.instance() as instance:
         ran_on = step_workers(instance, run_id)
     batches = {k: w for k, w in ran_on.items() if ".deliver_batch[" in k}
-    expected = math.ceil(len(_states(rig, W42)) / BATCH_SIZE)
+    expected = math.ceil(len(states(rig, W42)) / BATCH_SIZE)
     assert sorted(batches) == [
         f"digest_deliveries.deliver_batch[batch_{i:04d}]" for i in range(expected)
     ], ran_on
@@ -180,7 +142,7 @@ def test_two_workers_deliver_a_week_with_no_shared_disk(
     storage = rig.launcher / "dagster_home" / "storage"
     files = [p for p in storage.rglob("*") if p.is_file()] if storage.exists() else []
     assert files == [], files
-    _assert_week_done_once(rig, provider, W42)
+    assert_week_done_once(rig, provider, W42)
 
 
 def _batch_in_flight(rig: CeleryRig, run_id: str, worker: str) -> str | None:
@@ -192,7 +154,7 @@ def _batch_in_flight(rig: CeleryRig, run_id: str, worker: str) -> str | None:
             for r in instance.all_logs(run_id)
             if r.dagster_event is not None and r.dagster_event.is_step_success
         }
-    engine = _ledger(rig)
+    engine = ledger(rig)
     try:
         with engine.connect() as conn:
             for step in (k for k in mine if ".deliver_batch[" in k and k not in done):
@@ -248,7 +210,7 @@ def test_a_worker_killed_inside_a_batch_fails_the_run_and_a_rerun_finishes_the_w
     code, output = finished(launcher)
     assert code != 0, output
     # the kill landed inside the batch: some of its items went out, some did not
-    engine = _ledger(rig)
+    engine = ledger(rig)
     try:
         with engine.connect() as conn:
             rows = conn.execute(
@@ -269,16 +231,8 @@ def _finish_after_the_kill(rig: CeleryRig, provider: ProviderServer, period: Per
     code, output = finished(rig.digest("run", "--period", str(period)))
     assert code == 0, output
     # what the re-run found not yet due (the dead claim's retries) the sweep delivers
-    for _ in range(10):
-        if all(
-            s in (DeliveryState.CLEANED, DeliveryState.FAILED)
-            for s in _states(rig, period).values()
-        ):
-            break
-        time.sleep(2)
-        code, output = finished(rig.digest("sweep"))
-        assert code == 0, output
-    _assert_week_done_once(rig, provider, period)
+    sweep_until_finished(rig, period)
+    assert_week_done_once(rig, provider, period)
 
 
 @pytest.fixture(scope="module")
@@ -338,7 +292,7 @@ def test_a_killed_step_process_takes_its_delivery_helper_with_it(
         assert code != 0, output
     finally:
         helper_rig.stop_workers()
-    engine = _ledger(helper_rig)
+    engine = ledger(helper_rig)
     try:
         with engine.connect() as conn:
             after = conn.execute(

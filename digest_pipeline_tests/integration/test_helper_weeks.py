@@ -9,18 +9,13 @@ over every week so far: every item finished, every invariant holds, the provider
 sent key once and no other, and the helpers took part (attempts under `<owner>/p1`).
 """
 
-import time
 from collections.abc import Iterator
-from datetime import UTC, datetime
 
 import pytest
 from sqlalchemy import func, select
 
-from digest_pipeline.adapters.sql.engine import create_ledger_engine
-from digest_pipeline.adapters.sql.invariants import evaluate_invariants
 from digest_pipeline.adapters.sql.schema import attempts, work_items
 from digest_pipeline.domain.periods import Period
-from digest_pipeline.domain.states import DeliveryState
 from digest_pipeline.rigs.servers.celery_rig import (
     CeleryRig,
     finished,
@@ -34,6 +29,11 @@ from digest_pipeline.rigs.servers.provider_server import (
     store_then_drop,
 )
 from digest_pipeline_tests.conftest import require_postgres_url, require_url
+from digest_pipeline_tests.integration.provider_weeks import (
+    assert_week_done_once,
+    ledger,
+    sweep_until_finished,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 
@@ -82,69 +82,32 @@ def _script(provider: ProviderServer, period: Period) -> None:
             provider.script(key, status(503, "service_unavailable"))
 
 
-def _states(url: str, period: Period) -> dict[str, str]:
-    engine = create_ledger_engine(url)
+def _helped(rig: CeleryRig, period: Period) -> int:
+    """Attempts a helper recorded for the period (owners `<run>:<batch>/p1`)."""
+    engine = ledger(rig)
     try:
         with engine.connect() as conn:
-            rows = conn.execute(
-                select(work_items.c.operation_key, work_items.c.state).where(
-                    work_items.c.period == str(period)
-                )
-            ).all()
-    finally:
-        engine.dispose()
-    return {key: state for key, state in rows}
-
-
-def _finished(states: dict[str, str]) -> bool:
-    return all(s in (DeliveryState.CLEANED, DeliveryState.FAILED) for s in states.values())
-
-
-def _assert_weeks_once(url: str, provider: ProviderServer, weeks: tuple[Period, ...]) -> None:
-    """Every week so far: finished, invariants holding, each sent key stored once."""
-    stored = provider.stored
-    engine = create_ledger_engine(url)
-    try:
-        with engine.connect() as conn:
-            for period in weeks:
-                failed = [
-                    r.name
-                    for r in evaluate_invariants(conn, period, datetime.now(UTC))
-                    if not r.passed
-                ]
-                assert failed == [], f"{period}: invariants violated: {failed}"
-                helped = conn.execute(
+            return int(
+                conn.execute(
                     select(func.count())
                     .select_from(attempts)
                     .join(work_items, work_items.c.operation_key == attempts.c.operation_key)
                     .where(work_items.c.period == str(period), attempts.c.worker.like("%/p1"))
                 ).scalar_one()
-                assert helped > 0, f"{period}: no helper recorded an attempt"
+            )
     finally:
         engine.dispose()
-    for period in weeks:
-        states = _states(url, period)
-        assert states, f"{period} has no work items"
-        assert _finished(states), f"{period}: not finished: {states}"
-        cleaned = {k for k, s in states.items() if s == DeliveryState.CLEANED}
-        assert {k for k in stored if k.startswith(f"digest:{period}:")} == cleaned
-        twice = {k: len(stored[k]) for k in cleaned if len(stored[k]) != 1}
-        assert twice == {}, f"{period}: messages stored more than once: {twice}"
 
 
 def test_consecutive_weeks_with_helpers_deliver_each_item_once(
     shop: CeleryRig, provider: ProviderServer
 ) -> None:
-    url = shop.settings["DIGEST_DATABASE_URL"]
     for done, period in enumerate(WEEKS, 1):
         _script(provider, period)
         code, output = finished(shop.digest("run", "--period", str(period)))
         assert code == 0, output
-        # the retries the run scheduled (due within seconds) the sweep delivers and cleans
-        for _ in range(15):
-            if _finished(_states(url, period)):
-                break
-            time.sleep(2)
-            code, output = finished(shop.digest("sweep"))
-            assert code == 0, output
-        _assert_weeks_once(url, provider, WEEKS[:done])
+        sweep_until_finished(shop, period)
+        # every week so far, after this one: a later week never disturbs an earlier one
+        for earlier in WEEKS[:done]:
+            assert_week_done_once(shop, provider, earlier)
+            assert _helped(shop, earlier) > 0, f"{earlier}: no helper recorded an attempt"

@@ -1,0 +1,77 @@
+"""A shop's week against the HTTP provider, read back: its items, its sweeps, done once.
+
+Shared by the tests that run weeks through `digest run` (in process or on Celery workers) with
+a `CeleryRig` launcher and a `ProviderServer`.
+"""
+
+import time
+from datetime import UTC, datetime
+
+from sqlalchemy import Engine, select
+
+from digest_pipeline.adapters.sql.engine import create_ledger_engine
+from digest_pipeline.adapters.sql.invariants import evaluate_invariants
+from digest_pipeline.adapters.sql.schema import work_items
+from digest_pipeline.domain.periods import Period
+from digest_pipeline.domain.states import DeliveryState
+from digest_pipeline.rigs.servers.celery_rig import CeleryRig, finished
+from digest_pipeline.rigs.servers.provider_server import ProviderServer
+
+#: where a week's items end once nothing is left to do (`failed`: an address refused)
+FINISHED = (DeliveryState.CLEANED, DeliveryState.FAILED)
+
+
+def ledger(rig: CeleryRig) -> Engine:
+    return create_ledger_engine(rig.settings["DIGEST_DATABASE_URL"])
+
+
+def states(rig: CeleryRig, period: Period) -> dict[str, str]:
+    """The period's items: operation key to state."""
+    engine = ledger(rig)
+    try:
+        with engine.connect() as conn:
+            rows = conn.execute(
+                select(work_items.c.operation_key, work_items.c.state).where(
+                    work_items.c.period == str(period)
+                )
+            ).all()
+    finally:
+        engine.dispose()
+    return {key: state for key, state in rows}
+
+
+def sweep_until_finished(rig: CeleryRig, period: Period, passes: int = 30) -> None:
+    """`digest sweep` every 2 s, at most `passes` times, until every item is finished.
+
+    What a run left due (retries within seconds: the rigs' retry bounds are short) the sweep
+    delivers and cleans, as the sweeper's runs would. A killed step's items take several passes
+    (its leases run out, its unknown sends are settled, then resent), longer on a loaded machine.
+    """
+    for _ in range(passes):
+        if all(s in FINISHED for s in states(rig, period).values()):
+            return
+        time.sleep(2)
+        code, output = finished(rig.digest("sweep"))
+        assert code == 0, output
+
+
+def assert_week_done_once(rig: CeleryRig, provider: ProviderServer, period: Period) -> None:
+    """Every item finished, every invariant holds, and the provider stored each key once."""
+    found = states(rig, period)
+    assert found, f"{period} has no work items"
+    open_states = {k: s for k, s in found.items() if s not in FINISHED}
+    assert open_states == {}, f"{period}: items not finished: {open_states}"
+    engine = ledger(rig)
+    try:
+        with engine.connect() as conn:
+            failed = [
+                r.name for r in evaluate_invariants(conn, period, datetime.now(UTC)) if not r.passed
+            ]
+    finally:
+        engine.dispose()
+    assert failed == [], f"{period}: invariants violated: {failed}"
+    stored = provider.stored
+    cleaned = {k for k, s in found.items() if s == DeliveryState.CLEANED}
+    assert {k for k in stored if k in found} == cleaned, "sent items are those the provider holds"
+    twice = {k: len(v) for k, v in stored.items() if k in found and len(v) != 1}
+    assert twice == {}, f"{period}: messages stored more than once: {twice}"
