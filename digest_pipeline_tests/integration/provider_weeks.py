@@ -40,12 +40,11 @@ def states(rig: CeleryRig, period: Period) -> dict[str, str]:
     return {key: state for key, state in rows}
 
 
-def sweep_until_finished(rig: CeleryRig, period: Period, passes: int = 30) -> None:
+def sweep_until_finished(rig: CeleryRig, period: Period, passes: int = 10) -> None:
     """`digest sweep` every 2 s, at most `passes` times, until every item is finished.
 
     What a run left due (retries within seconds: the rigs' retry bounds are short) the sweep
-    delivers and cleans, as the sweeper's runs would. A killed step's items take several passes
-    (its leases run out, its unknown sends are settled, then resent), longer on a loaded machine.
+    delivers and cleans, as the sweeper's runs would.
     """
     for _ in range(passes):
         if all(s in FINISHED for s in states(rig, period).values()):

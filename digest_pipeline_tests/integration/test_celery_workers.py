@@ -236,8 +236,16 @@ def _finish_after_the_kill(rig: CeleryRig, provider: ProviderServer, period: Per
 
 
 @pytest.fixture(scope="module")
+def helper_provider() -> Iterator[ProviderServer]:
+    """The helper shop's own provider: the other shop sends the same keys with other content,
+    which one provider would rightly refuse as a conflict (409) and the ledger dead-letter."""
+    with ProviderServer(latency_seconds=0.05) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
 def helper_rig(
-    tmp_path_factory: pytest.TempPathFactory, provider: ProviderServer
+    tmp_path_factory: pytest.TempPathFactory, helper_provider: ProviderServer
 ) -> Iterator[CeleryRig]:
     """A shop of its own whose batch steps each fork a delivery helper."""
     ledger_url, _ = seeded_ledger(
@@ -247,7 +255,7 @@ def helper_rig(
     settings = provider_settings(
         ledger_url,
         require_redis_url(),
-        provider,
+        helper_provider,
         DIGEST_BATCH_SIZE=str(BATCH_SIZE),
         DIGEST_CONCURRENCY=str(CONCURRENCY),
         DIGEST_LEASE_SECONDS=str(LEASE_SECONDS),
@@ -272,7 +280,7 @@ def _alive(pid: int) -> bool:
 
 
 def test_a_killed_step_process_takes_its_delivery_helper_with_it(
-    helper_rig: CeleryRig, provider: ProviderServer
+    helper_rig: CeleryRig, helper_provider: ProviderServer
 ) -> None:
     # the other shop's workers (same broker) are stopped after each test; this one has its own
     worker = helper_rig.start_worker("h1")
@@ -307,6 +315,6 @@ def test_a_killed_step_process_takes_its_delivery_helper_with_it(
     assert after <= CONCURRENCY, f"the helper started {after} sends after its step was killed"
     helper_rig.start_worker("h2")
     try:
-        _finish_after_the_kill(helper_rig, provider, W42)
+        _finish_after_the_kill(helper_rig, helper_provider, W42)
     finally:
         helper_rig.stop_workers()
