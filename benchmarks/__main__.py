@@ -1,10 +1,11 @@
 """`make bench`: the benchmarks of issue 7, the SQL floor and the phases of issue 15, the UI
-launch of issue 11 and the Celery scale-out, in order, each printing its table and writing JSON.
+launch of issue 11, `digest run` with one and two delivery processes and the Celery scale-out,
+in order, each printing its table and writing JSON.
 
 Run under `scripts/pg-test-cluster.sh` (and `scripts/redis-test-server.sh` for Celery) for the
 PostgreSQL variants; without `DIGEST_TEST_DATABASE_URL` (or `DIGEST_TEST_REDIS_URL`) they are
 reported as skipped. `--sizes` sets the end-to-end customer counts, or, with `--only`, the one
-size the chosen benchmark takes (floor/phases/side/scale/ui/celery: customers, latency: the
+size the chosen benchmark takes (floor/phases/side/scale/ui/run/celery: customers, latency: the
 minimum items per level).
 """
 
@@ -18,6 +19,7 @@ from typing import Any
 from benchmarks import (
     celery_scale,
     common,
+    digest_run,
     e2e,
     floor,
     latency,
@@ -27,7 +29,7 @@ from benchmarks import (
     ui_launch,
 )
 
-ORDER = ("e2e", "floor", "phases", "side", "latency", "scale", "ui", "celery")
+ORDER = ("e2e", "floor", "phases", "side", "latency", "scale", "ui", "run", "celery")
 
 
 def _plans(a: argparse.Namespace) -> dict[str, Callable[[], Any]]:
@@ -72,6 +74,11 @@ def _plans(a: argparse.Namespace) -> dict[str, Callable[[], Any]]:
         "ui": lambda: ui_launch.run(
             ui_launch.Options(
                 customers=first if only and first else ui_launch.CUSTOMERS, json_dir=a.json_dir
+            )
+        ),
+        "run": lambda: digest_run.run(
+            digest_run.Options(
+                customers=first if only and first else digest_run.CUSTOMERS, json_dir=a.json_dir
             )
         ),
         "celery": lambda: celery_scale.run(

@@ -10,6 +10,7 @@ import pytest
 from benchmarks import (
     celery_scale,
     common,
+    digest_run,
     e2e,
     floor,
     latency,
@@ -67,7 +68,8 @@ def test_postgres_variants_are_reported_as_skipped_without_a_url(tmp_path, monke
     monkeypatch.delenv(common.PG_URL_ENV, raising=False)
     e2e.run(e2e.Options(sizes=[50], backends=["postgres"], mailers=["inproc"], json_dir=tmp_path))
     scale_out.run(scale_out.Options(processes=[1, 2], json_dir=tmp_path))
-    for name in ("e2e", "scale_out"):
+    digest_run.run(digest_run.Options(processes=[1, 2], json_dir=tmp_path))
+    for name in ("e2e", "scale_out", "digest_run"):
         rows = load(tmp_path, name)["rows"]
         assert rows
         assert all(r["note"] == common.SKIPPED_PG for r in rows)
@@ -181,6 +183,22 @@ def test_the_celery_rows_account_for_every_send_with_no_duplicate(tmp_path):
     assert (row["mailer_dup_sends"], row["ledger_double_sends"]) == (0, 0)
     assert row["batches"] == row["expected_batches"] > 1
     assert row["workers_used"] >= 1
+
+
+@pytest.mark.integration
+def test_the_digest_run_rows_fork_helpers_only_when_asked(tmp_path):
+    require_postgres_url()
+    digest_run.run(digest_run.Options(processes=[1, 2], customers=400, json_dir=tmp_path))
+    one, two = load(tmp_path, "digest_run")["rows"]
+    for row in (one, two):
+        assert (row["accounted"], row["dup_sends"]) == ("ok", 0), row
+        assert row["messages"] > 0
+        assert row["private_mb"] > 0
+    # the console script, progress line and all, forks a helper in every batch step
+    assert one["forked_steps"] == 0
+    assert one["helper_private_mb"] is None
+    assert two["forked_steps"] == two["batches"] > 0
+    assert 0 < two["helper_private_mb"] <= two["helper_rss_mb"]
 
 
 def one_postgres_row(tmp_path: Path, executor: str, customers: int) -> dict[str, Any]:
