@@ -83,8 +83,8 @@ class Progress:
         self._ctx, self._period = ctx, period
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True)
-        # its ledger reads and writes wait while a delivery step forks a helper, so the step
-        # still forks beside it (DIGEST_DELIVERY_PROCESSES)
+        # it reads the ledger and draws only between forks, so a delivery step still forks its
+        # helpers beside it (DIGEST_DELIVERY_PROCESSES)
         allow_forks_beside(self._thread)
 
     def __enter__(self) -> "Progress":

@@ -46,7 +46,8 @@ _POLL_SECONDS = 0.2
 #: queue's finalizer. Any other thread, however idle, keeps the step in one process.
 PARKED_THREADS = frozenset({"termination-handler", "QueueFeederThread"})
 #: Held while a helper is forked, and by this project's own threads (`digest run`'s progress
-#: line) for all the work they do, so a fork never copies that work half done.
+#: line) for all the work they do, so a fork never copies that work half done. (A helper's
+#: copy of it stays held; nothing in a helper takes it.)
 _FORK_LOCK = threading.Lock()
 #: this project's threads that work only inside `between_forks` (`allow_forks_beside`)
 _BETWEEN_FORKS: "weakref.WeakSet[threading.Thread]" = weakref.WeakSet()

@@ -9,6 +9,7 @@ over every week so far: every item finished, every invariant holds, the provider
 sent key once and no other, and the helpers took part (attempts under `<owner>/p1`).
 """
 
+from collections import Counter
 from collections.abc import Iterator
 
 import pytest
@@ -16,6 +17,7 @@ from sqlalchemy import func, select
 
 from digest_pipeline.adapters.sql.schema import attempts, work_items
 from digest_pipeline.domain.periods import Period
+from digest_pipeline.domain.states import DeliveryState
 from digest_pipeline.rigs.servers.celery_rig import (
     CeleryRig,
     finished,
@@ -24,6 +26,7 @@ from digest_pipeline.rigs.servers.celery_rig import (
     seeded_ledger,
 )
 from digest_pipeline.rigs.servers.provider_server import (
+    Action,
     ProviderServer,
     status,
     store_then_drop,
@@ -32,6 +35,7 @@ from digest_pipeline_tests.conftest import require_postgres_url, require_url
 from digest_pipeline_tests.integration.provider_weeks import (
     assert_week_done_once,
     ledger,
+    states,
     sweep_until_finished,
 )
 
@@ -71,15 +75,21 @@ def shop(tmp_path_factory: pytest.TempPathFactory, provider: ProviderServer) -> 
     return CeleryRig(tmp_path_factory.mktemp("helper-weeks"), settings, dagster_url)
 
 
+def _fault(n: int) -> Action | None:
+    """What the provider does with customer `n`'s first request each week (None: accepts)."""
+    if n % DROPPED == 0:
+        return store_then_drop()
+    if n % THROTTLED == 0:
+        return status(429, "rate_limit_exceeded", retry_after=1)
+    if n % TRANSIENT == 0:
+        return status(503, "service_unavailable")
+    return None
+
+
 def _script(provider: ProviderServer, period: Period) -> None:
     for n in range(1, CUSTOMERS + 1):
-        key = f"digest:{period}:customer-{n:04d}"
-        if n % DROPPED == 0:
-            provider.script(key, store_then_drop())
-        elif n % THROTTLED == 0:
-            provider.script(key, status(429, "rate_limit_exceeded", retry_after=1))
-        elif n % TRANSIENT == 0:
-            provider.script(key, status(503, "service_unavailable"))
+        if (action := _fault(n)) is not None:
+            provider.script(f"digest:{period}:customer-{n:04d}", action)
 
 
 def _helped(rig: CeleryRig, period: Period) -> int:
@@ -107,6 +117,15 @@ def test_consecutive_weeks_with_helpers_deliver_each_item_once(
         code, output = finished(shop.digest("run", "--period", str(period)))
         assert code == 0, output
         sweep_until_finished(shop, period)
+        # the faults happened: every scripted key the week sent was asked for again after its
+        # first request failed, was refused or went unanswered, and was stored once (below)
+        asked = Counter(
+            r.headers.get("Idempotency-Key") for r in provider.received if r.path == "/emails"
+        )
+        sent = {k for k, s in states(shop, period).items() if s == DeliveryState.CLEANED}
+        faulty = {k for k in sent if _fault(int(k.rsplit("-", 1)[1])) is not None}
+        assert faulty, f"{period}: no scripted fault among the week's sends"
+        assert {k: asked[k] for k in faulty if asked[k] < 2} == {}
         # every week so far, after this one: a later week never disturbs an earlier one
         for earlier in WEEKS[:done]:
             assert_week_done_once(shop, provider, earlier)
