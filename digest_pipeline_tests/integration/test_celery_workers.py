@@ -65,14 +65,29 @@ def provider() -> Iterator[ProviderServer]:
 
 @pytest.fixture(scope="module")
 def rig(tmp_path_factory: pytest.TempPathFactory, provider: ProviderServer) -> Iterator[CeleryRig]:
-    broker = require_redis_url()
+    rig = _shop(tmp_path_factory, provider, "celery", seed=11)
+    try:
+        yield rig
+    finally:
+        rig.stop_workers()
+
+
+def _shop(
+    tmp_path_factory: pytest.TempPathFactory,
+    provider: ProviderServer,
+    name: str,
+    *,
+    seed: int,
+    **extra: str,
+) -> CeleryRig:
+    """A launcher for a fresh shop: ledger `digest_<name>`, Dagster storage `dagster_<name>`."""
     ledger_url, _ = seeded_ledger(
-        require_postgres_url(), "digest_celery", customers=CUSTOMERS, seed=11
+        require_postgres_url(), f"digest_{name}", customers=CUSTOMERS, seed=seed
     )
-    dagster_url = fresh_database(require_url("DAGSTER_TEST_PG_URL"), "dagster_celery")
+    dagster_url = fresh_database(require_url("DAGSTER_TEST_PG_URL"), f"dagster_{name}")
     settings = provider_settings(
         ledger_url,
-        broker,
+        require_redis_url(),
         provider,
         DIGEST_BATCH_SIZE=str(BATCH_SIZE),
         DIGEST_CONCURRENCY=str(CONCURRENCY),
@@ -80,12 +95,9 @@ def rig(tmp_path_factory: pytest.TempPathFactory, provider: ProviderServer) -> I
         # the dead step's claimed-but-unsent items come back as retries: due within seconds
         DIGEST_RETRY_BASE_SECONDS="1",
         DIGEST_RETRY_CAP_SECONDS="2",
+        **extra,
     )
-    rig = CeleryRig(tmp_path_factory.mktemp("celery"), settings, dagster_url)
-    try:
-        yield rig
-    finally:
-        rig.stop_workers()
+    return CeleryRig(tmp_path_factory.mktemp(name), settings, dagster_url)
 
 
 @pytest.fixture(autouse=True)
@@ -248,22 +260,9 @@ def helper_rig(
     tmp_path_factory: pytest.TempPathFactory, helper_provider: ProviderServer
 ) -> Iterator[CeleryRig]:
     """A shop of its own whose batch steps each fork a delivery helper."""
-    ledger_url, _ = seeded_ledger(
-        require_postgres_url(), "digest_celery_helpers", customers=CUSTOMERS, seed=12
+    rig = _shop(
+        tmp_path_factory, helper_provider, "celery_helpers", seed=12, DIGEST_DELIVERY_PROCESSES="2"
     )
-    dagster_url = fresh_database(require_url("DAGSTER_TEST_PG_URL"), "dagster_celery_helpers")
-    settings = provider_settings(
-        ledger_url,
-        require_redis_url(),
-        helper_provider,
-        DIGEST_BATCH_SIZE=str(BATCH_SIZE),
-        DIGEST_CONCURRENCY=str(CONCURRENCY),
-        DIGEST_LEASE_SECONDS=str(LEASE_SECONDS),
-        DIGEST_RETRY_BASE_SECONDS="1",
-        DIGEST_RETRY_CAP_SECONDS="2",
-        DIGEST_DELIVERY_PROCESSES="2",
-    )
-    rig = CeleryRig(tmp_path_factory.mktemp("celery-helpers"), settings, dagster_url)
     try:
         yield rig
     finally:
