@@ -6,7 +6,8 @@ fresh for each row: `bench_run_ledger_<n>`, `bench_run_dagster_<n>`, left for in
 the outbox mailer, for the demo shop seeded at the rigs' T0 (2026-W42, delivery window widened
 to a day from now). Each row's memory is read from `/proc/<pid>/smaps_rollup` while it runs:
 peak RSS and peak private memory of the `digest` process and of its largest helper (RSS counts
-the pages a fork shares with its parent; private memory is what the helper adds).
+the pages a fork shares with its parent; private memory is what the helper adds). A helper
+that ends between two samples (a small week's) shows no memory.
 
 - `wall_s`: `digest run`, start to exit; `messages`: files in the outbox;
 - `forked_steps` / `batches`: batch steps that logged `delivered_in_processes` (helpers forked)
