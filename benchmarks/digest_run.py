@@ -31,6 +31,7 @@ from typing import Any
 
 from benchmarks import common
 from digest_pipeline.domain.periods import Period
+from digest_pipeline.rigs.servers.celery_rig import parent_of
 
 MODULE = "benchmarks.digest_run"
 CUSTOMERS = 20_000
@@ -65,13 +66,6 @@ class Options:
     json_dir: Path = field(default=common.DEFAULT_JSON_DIR)
 
 
-def _parent(pid: int) -> int:
-    try:
-        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
-    except (OSError, ValueError):
-        return -1
-
-
 def _memory_mb(pid: int) -> tuple[int, int] | None:
     """(RSS, private) of a live process, in MB, or None once it is gone."""
     found: dict[str, int] = {}
@@ -97,7 +91,7 @@ def _peak_memory(root: int) -> Iterator[dict[str, tuple[int, int]]]:
         while not stop.wait(0.3):
             children = [int(d) for d in os.listdir("/proc") if d.isdigit()]
             for role, pid in [("digest", root)] + [
-                ("helper", c) for c in children if _parent(c) == root
+                ("helper", c) for c in children if parent_of(c) == root
             ]:
                 now = _memory_mb(pid)
                 if now is not None:

@@ -59,7 +59,7 @@ class Clock(ABC):
         """The current time, timezone-aware UTC."""
 
     def recipe(self) -> "Callable[[], Clock] | None":
-        """How another process makes the same clock (a picklable call); None: it cannot.
+        """How a forked helper makes the same clock (a zero-argument call); None: it cannot.
 
         A delivery helper process (`services.helpers`) works with it; a test's clock, which
         only this process can move, has none, so its runs stay in one process.
@@ -128,7 +128,7 @@ class Mailer(ABC):
         """Releases connections; the mailer may be used again afterwards (it reconnects)."""
 
     def recipe(self) -> "Callable[[], Mailer] | None":
-        """How another process opens an equal mailer (a picklable call); None: it cannot."""
+        """How a forked helper opens an equal mailer (a zero-argument call); None: it cannot."""
         return None
 
 
@@ -145,7 +145,7 @@ class Composer(ABC):
         return None
 
     def recipe(self) -> "Callable[[], Composer] | None":
-        """How another process makes an equal composer (a picklable call); None: it cannot."""
+        """How a forked helper makes an equal composer (a zero-argument call); None: it cannot."""
         return None
 
 
@@ -463,7 +463,7 @@ class Ledger(
     out_of_process: bool = False
 
     def recipe(self) -> "Callable[[], Ledger] | None":
-        """How another process opens this same ledger (a picklable call); None: it cannot.
+        """How a forked helper opens this same ledger (a zero-argument call); None: it cannot.
 
         The ledger it opens must refuse to be another one: a helper that cannot see the run's
         ledger fails instead of working on a different database.

@@ -50,7 +50,8 @@ def fresh_database(server_url: str, name: str) -> str:
     return url.set(database=name).render_as_string(hide_password=False)
 
 
-def _parent(pid: int) -> int:
+def parent_of(pid: int) -> int:
+    """The process's parent's pid, from `/proc`; -1 once it is gone."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
@@ -90,7 +91,7 @@ class Worker:
         found = subprocess.run(
             ["pgrep", "-s", str(self.process.pid)], capture_output=True, text=True, check=False
         ).stdout.split()
-        return {int(p): _parent(int(p)) for p in found}
+        return {int(p): parent_of(int(p)) for p in found}
 
     def stop(self) -> None:
         if self.process.poll() is None:
