@@ -227,16 +227,25 @@ def insert_rows(conn: Connection, table: Table, rows: Sequence[Mapping[str, Any]
 
     On psycopg 3 it is one `COPY … FROM STDIN` however many rows: the server runs one statement
     and the client parses no SQL per row (a 1,000-row `INSERT … VALUES` is a long text psycopg
-    parses anew each time). Elsewhere it is SQLAlchemy's executemany.
+    parses anew each time). On SQLite it is an executemany of the statement compiled once, its
+    parameters bound column by column (`_bind`). Elsewhere it is SQLAlchemy's executemany.
     """
     if not rows:
         return
-    if conn.dialect.driver != "psycopg":
+    names = list(rows[0])
+    sql = _sqlite_insert(table, names, conn.dialect)
+    if sql is None and conn.dialect.driver != "psycopg":
         conn.execute(insert(table), rows)
         return
-    names = list(rows[0])
     # each column's own bind processing (UTC timestamps, JSON), as an INSERT would apply it
     bind = [_bind(table.c[n].type, conn.dialect) for n in names]
+    if sql is not None:
+        columns = [
+            [r[n] for r in rows] if f is None else [f(r[n]) for r in rows]
+            for n, f in zip(names, bind, strict=True)
+        ]
+        conn.exec_driver_sql(sql, list(zip(*columns, strict=True)))
+        return
     quote = conn.dialect.identifier_preparer.quote
     statement = f"COPY {quote(table.name)} ({', '.join(map(quote, names))}) FROM STDIN"
     raw = conn.connection.driver_connection
@@ -251,12 +260,34 @@ def insert_rows(conn: Connection, table: Table, rows: Sequence[Mapping[str, Any]
         raise driver_error(statement, rows, e) from None
 
 
+#: insert_rows' SQLite statements by table and columns (a handful: one per call site)
+_INSERTS: dict[tuple[Table, tuple[str, ...]], str | None] = {}
+
+
+def _sqlite_insert(table: Table, names: Sequence[str], dialect: Dialect) -> str | None:
+    """insert_rows' statement on SQLite, compiled once; None elsewhere.
+
+    None too where SQLAlchemy's own insert would add a value: a column left out has a
+    Python-side default.
+    """
+    if dialect.name != "sqlite":
+        return None
+    key = (table, tuple(names))
+    if key not in _INSERTS:
+        left_out = [c for c in table.c if c.name not in names and c.default is not None]
+        stmt = insert(table).values({n: bindparam(n) for n in names})
+        compiled = stmt.compile(dialect=dialect)
+        in_order = compiled.positiontup == list(names)
+        _INSERTS[key] = None if left_out or not in_order else compiled.string
+    return _INSERTS[key]
+
+
 def _bind(kind: TypeEngine[Any], dialect: Dialect) -> Callable[[Any], Any] | None:
-    """A column type's bind processor for one COPY; a JSON one encodes each object once.
+    """A column type's bind processor for one insert; a JSON one encodes each object once.
 
     Rows often share one payload object (every row of a product, `PickPlan.payloads`). The
     memo is keyed by the object's id, which is safe because every value stays referenced by the
-    rows being written until the COPY is done.
+    rows being written until the insert is done.
     """
     process = kind.dialect_impl(dialect).bind_processor(dialect)
     if process is None or not isinstance(kind, JSON):
