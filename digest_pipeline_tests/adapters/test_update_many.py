@@ -77,3 +77,32 @@ def test_a_row_of_the_wrong_width_writes_nothing(sql_ledger: SqlLedger) -> None:
         update_many(conn, period_runs, ("period",), {"enqueued_at": None}, rows)
 
     assert state(sql_ledger) == {p: (1, None) for p in PERIODS}
+
+
+def test_a_row_whose_unset_column_is_already_set_is_not_matched(sql_ledger: SqlLedger) -> None:
+    seeded(sql_ledger)
+    with sql_ledger.engine.begin() as conn:
+        # W41 was enqueued already: the guard keeps its first time
+        update_many(
+            conn,
+            period_runs,
+            ("period",),
+            {"enqueued_at": None},
+            [(("2026-W41",), {"enqueued_at": T0})],
+        )
+        later = T0 + timedelta(hours=1)
+        matched = update_many(
+            conn,
+            period_runs,
+            ("period",),
+            {"enqueued_at": None},
+            [((p,), {"enqueued_at": later}) for p in PERIODS],
+            unset=("enqueued_at",),
+        )
+
+    assert matched == 2
+    assert state(sql_ledger) == {
+        "2026-W40": (1, later),
+        "2026-W41": (1, T0),
+        "2026-W42": (1, later),
+    }

@@ -215,12 +215,10 @@ def _dead_letters_on_pg() -> Any:
 
 
 _DEAD_LETTERS_ON_PG = _dead_letters_on_pg()
-#: what closing an attempt sets (each row its own values) and the guard that it is still open
+#: what closing an attempt sets (each row its own values); the attempt must still be open
 _CLOSING: dict[str, ColumnElement[Any] | None] = dict.fromkeys(
     ("finished_at", "outcome", "detail", "provider_message_id", "duplicate")
 )
-_STILL_OPEN = attempts.c.finished_at.is_(None)
-_NOT_YET_REPLAYED = dead_letters.c.replayed_at.is_(None)
 
 
 class SqlWorkQueue(SqlBase, WorkQueue):
@@ -470,7 +468,7 @@ class SqlWorkQueue(SqlBase, WorkQueue):
         ]
         # Close every attempt, even one whose transition loses: it is evidence for
         # reconciliation, and it commits with the transitions that did apply.
-        update_many(conn, attempts, ("attempt_id",), _CLOSING, closing, _STILL_OPEN)
+        update_many(conn, attempts, ("attempt_id",), _CLOSING, closing, unset=("finished_at",))
         lost = self._apply_many(conn, [t for _, _, t in results])
         return [lost.get(str(t.key)) for _, _, t in results]
 
@@ -558,7 +556,7 @@ class SqlWorkQueue(SqlBase, WorkQueue):
                 ("operation_key",),
                 {"replayed_at": None},
                 reopened,
-                _NOT_YET_REPLAYED,
+                unset=("replayed_at",),
             )
         audits = [
             audit_row(
