@@ -1,11 +1,11 @@
-"""`make bench`: the benchmarks of issue 7, the SQL floor and the phases of issue 15, the UI
-launch of issue 11, `digest run` with one and two delivery processes and the Celery scale-out,
-in order, each printing its table and writing JSON.
+"""`make bench`: the benchmarks of issue 7, the SQL floor and the phases of issue 15,
+consecutive weeks on one ledger, the UI launch of issue 11, `digest run` with one and two
+delivery processes and the Celery scale-out, in order, each printing its table and writing JSON.
 
 Run under `scripts/pg-test-cluster.sh` (and `scripts/redis-test-server.sh` for Celery) for the
 PostgreSQL variants; without `DIGEST_TEST_DATABASE_URL` (or `DIGEST_TEST_REDIS_URL`) they are
 reported as skipped. `--sizes` sets the end-to-end customer counts, or, with `--only`, the one
-size the chosen benchmark takes (floor/phases/side/scale/ui/run/celery: customers, latency: the
+size the chosen benchmark takes (floor/phases/side/weeks/scale/ui/run/celery: customers, latency: the
 minimum items per level).
 """
 
@@ -27,9 +27,10 @@ from benchmarks import (
     scale_out,
     side_by_side,
     ui_launch,
+    weeks,
 )
 
-ORDER = ("e2e", "floor", "phases", "side", "latency", "scale", "ui", "run", "celery")
+ORDER = ("e2e", "floor", "phases", "side", "latency", "weeks", "scale", "ui", "run", "celery")
 
 
 def _plans(a: argparse.Namespace) -> dict[str, Callable[[], Any]]:
@@ -64,6 +65,11 @@ def _plans(a: argparse.Namespace) -> dict[str, Callable[[], Any]]:
         "latency": lambda: latency.run(
             latency.Options(
                 min_items=first if only and first else latency.MIN_ITEMS, json_dir=a.json_dir
+            )
+        ),
+        "weeks": lambda: weeks.run(
+            weeks.Options(
+                customers=first if only and first else weeks.CUSTOMERS, json_dir=a.json_dir
             )
         ),
         "scale": lambda: scale_out.run(

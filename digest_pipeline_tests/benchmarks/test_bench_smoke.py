@@ -2,6 +2,8 @@
 send, and write JSON with the figures the tables print. Timings are not asserted."""
 
 import json
+from datetime import timedelta
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +20,9 @@ from benchmarks import (
     scale_out,
     side_by_side,
     ui_launch,
+    weeks,
 )
+from digest_pipeline.domain.periods import Period
 from digest_pipeline_tests.conftest import require_postgres_url, require_redis_url
 from digest_pipeline_tests.dagster.harness import project
 
@@ -101,6 +105,20 @@ def test_side_by_side_compares_one_step_per_customer_with_batches(tmp_path):
     assert batched["batches"] == 1
     [ratio] = data["ratios"]
     assert {"run_ratio", "delivery_ratio"} <= ratio.keys()
+
+
+def test_consecutive_weeks_run_on_one_ledger_and_leave_the_earlier_ones_as_they_ended(tmp_path):
+    weeks.run(weeks.Options(customers=40, weeks=3, backends=["sqlite"], json_dir=tmp_path))
+    data = load(tmp_path, "weeks")
+    rows = data["rows"]
+    ran = [Period.parse(r["week"]) for r in rows]
+    # three consecutive weeks, oldest first, ending with the latest complete one
+    assert ran[-1] == common.latest_period(common.bench_now())
+    assert [b.starts_at - a.starts_at for a, b in pairwise(ran)] == [timedelta(weeks=1)] * 2
+    for row in rows:
+        assert_clean_run(row)
+    [growth] = data["growth"]
+    assert growth["weeks"] == growth["still_accounted"] == 3
 
 
 def test_latency_reports_throughput_against_the_bound(tmp_path):
