@@ -610,6 +610,19 @@ def _cell(value: Any) -> str:
     return str(value)
 
 
+def verdicts(m: Mapping[str, Any]) -> dict[str, Any]:
+    """A measured run's verdicts as table cells: every item accounted for, duplicate sends (the
+    mailer's count, where it has one, plus the ledger's) and the job's checks passed."""
+    failed = m.get("failed_checks") or []
+    return {
+        "accounted": "ok" if m["accounted"] else f"FAIL {m['states']}",
+        # the outbox cannot hold two files of one key, so there the ledger is the only witness
+        "dup_sends": (m["mailer_dup_sends"] or 0) + m["ledger_double_sends"],
+        "checks": f"{m['checks_passed']}/{m['checks_total']}"
+        + (f" FAILED {','.join(failed)}" if failed else ""),
+    }
+
+
 def print_table(title: str, rows: Sequence[Mapping[str, Any]], columns: Sequence[str]) -> None:
     """A titled, right-aligned table of the given columns (missing values shown as `-`)."""
     print(f"\n{title}")

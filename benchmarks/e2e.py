@@ -74,7 +74,6 @@ class Options:
 
 def _row(backend: str, mailer: str, executor: str, m: dict[str, Any]) -> dict[str, Any]:
     assets = m["asset_s"]
-    dup = m["mailer_dup_sends"] if m["mailer_dup_sends"] is not None else 0
     statements = m["statements"]
     return {
         **m,
@@ -95,11 +94,7 @@ def _row(backend: str, mailer: str, executor: str, m: dict[str, Any]) -> dict[st
         # an in-process run has no children; multiprocess: the largest step process;
         # inproc2: the largest delivery helper
         "rss_children_mb": m["rss_children_mb"] if executor != "inproc" else None,
-        "accounted": "ok" if m["accounted"] else f"FAIL {m['states']}",
-        # the outbox cannot hold two files of one key, so there the ledger is the only witness
-        "dup_sends": dup + m["ledger_double_sends"],
-        "checks": f"{m['checks_passed']}/{m['checks_total']}"
-        + (f" FAILED {','.join(m['failed_checks'])}" if m["failed_checks"] else ""),
+        **common.verdicts(m),
     }
 
 

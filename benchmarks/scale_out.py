@@ -71,8 +71,7 @@ def _measure(opts: Options, processes: int, batch_size: int) -> dict[str, Any]:
         "processes": processes,
         "batch_size": batch_size,
         "sends_per_s": round(rate, 1),
-        "accounted": "ok" if m["accounted"] else f"FAIL {m['states']}",
-        "checks": f"{m['checks_passed']}/{m['checks_total']}",
+        **common.verdicts(m),
     }
 
 

@@ -51,9 +51,7 @@ def _measure(backend: str, customers: int, batch_size: int | None) -> dict[str, 
         "batch_size": f"{batch_size}" if batch_size else f"default ({default})",
         "ms_per_cust": round(m["wall_s"] * per, 2),
         "delivery_ms_per_cust": round((m["delivery_s"] or 0) * per, 2),
-        "accounted": "ok" if m["accounted"] else f"FAIL {m['states']}",
-        "dup_sends": (m["mailer_dup_sends"] or 0) + m["ledger_double_sends"],
-        "checks": f"{m['checks_passed']}/{m['checks_total']}",
+        **common.verdicts(m),
     }
 
 

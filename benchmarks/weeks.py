@@ -71,9 +71,7 @@ def _row(backend: str, period: Period, seeded: common.Seeded, m: dict[str, Any])
         "checks_s": asset.get("checks"),
         "srv_stmts_per_cust": None if srv is None else round(srv / max(seeded.eligible, 1), 2),
         "event_rows": m["event_rows"],
-        "accounted": "ok" if m["accounted"] else f"FAIL {m['states']}",
-        "dup_sends": (m["mailer_dup_sends"] or 0) + m["ledger_double_sends"],
-        "checks": f"{m['checks_passed']}/{m['checks_total']}",
+        **common.verdicts(m),
     }
 
 
