@@ -35,8 +35,8 @@ class UtcDateTime(TypeDecorator[datetime]):
         # One call a value instead of the decorator's and SQLite DATETIME's two, which spelled
         # the same text through a %-format of seven fields: a week binds a dozen timestamps
         # an item (its claim, attempt, outcome and cleanup). The text is SQLAlchemy's storage
-        # format exactly (tests/adapters/test_utc_datetimes.py), so a ledger written by either
-        # compares and sorts alike.
+        # format exactly (adapters/test_sqlite_binds.py in the tests), so a ledger written by
+        # either compares and sorts alike.
         return _sqlite_text
 
     def process_result_value(self, value: Any, dialect: Dialect) -> datetime | None:
