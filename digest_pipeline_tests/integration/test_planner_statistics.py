@@ -21,6 +21,7 @@ from digest_pipeline.adapters.sql import base
 from digest_pipeline.adapters.sql.ledger import SqlLedger
 from digest_pipeline.adapters.sql.schema import attempts
 from digest_pipeline.domain.model import INVARIANTS
+from digest_pipeline.domain.periods import Period
 from digest_pipeline.domain.states import DeliveryState
 from digest_pipeline.rigs.seeding import W42
 from digest_pipeline_tests.builders import ROWS_PER_CUSTOMER, seed_period
@@ -269,3 +270,45 @@ def test_a_wave_of_attempts_is_closed_through_their_keys_whatever_the_statistics
         for n in _nodes(explained)
     )
     assert read <= 3 * wave, read
+
+
+def test_a_claim_in_a_week_the_statistics_have_not_seen_finds_its_keys_by_key(
+    seeded: SqlLedger,
+) -> None:
+    # Enqueued after the last analysis (the refresh is skipped until a table doubles; autovacuum
+    # comes when it comes), a new week's items are, to the planner, a few rows. The claim's
+    # UPDATE re-checked its CTE's due clause, so the planner read the due index and tested each
+    # row's key against the 2,048 locked keys one by one: 0.2-0.3 s a claim from a ledger's
+    # fifteenth 5,000-customer week on (benchmarks/weeks.py; README, sixteenth round).
+    engine, claim, later = seeded.engine, 2_048, Period(2026, 43)
+    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        conn.execute(text("ANALYZE work_items"))  # this week only
+    with engine.begin() as conn:
+        conn.execute(
+            text(
+                "INSERT INTO work_items (operation_key, period, customer_id, state, attempts,"
+                " budget_used, lease_token, created_at, updated_at, next_attempt_at)"
+                " SELECT 'digest:' || :p || ':' || customer_id, :p, customer_id, 'pending', 0, 0,"
+                " 0, created_at, updated_at, created_at FROM work_items WHERE period = :w"
+            ),
+            {"p": str(later), "w": str(W42)},
+        )
+    seen: list[tuple[str, Any]] = []
+
+    def capture(conn, cursor, statement, parameters, context, executemany) -> None:
+        if "SKIP LOCKED" in statement:
+            seen.append((statement, parameters))
+
+    event.listen(engine, "before_cursor_execute", capture)
+    try:
+        claimed = seeded.claim_due(T0 + timedelta(days=8), "w", timedelta(minutes=10), claim, later)
+    finally:
+        event.remove(engine, "before_cursor_execute", capture)
+    assert len(claimed) == claim
+    [(statement, parameters)] = seen
+    with engine.connect() as conn:
+        explained = conn.exec_driver_sql("EXPLAIN (FORMAT JSON) " + statement, parameters)
+        plan = list(_nodes(explained.scalar_one()))
+    # the locked keys are looked up (an index condition), never tested row by row (a filter)
+    filters = [n.get("Filter", "") for n in plan if n.get("Relation Name") == "work_items"]
+    assert not any("operation_key" in f for f in filters), filters
