@@ -11,6 +11,7 @@ import json
 import logging
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import timedelta
 from typing import Any
 
@@ -62,6 +63,22 @@ def _planned(engine: Engine, table: str) -> float:
     with engine.connect() as conn:
         q = text("SELECT reltuples FROM pg_class WHERE relname = :t")
         return float(conn.execute(q, {"t": table}).scalar_one())
+
+
+@contextmanager
+def _sent(engine: Engine, marker: str) -> Iterator[list[tuple[str, Any]]]:
+    """The statements holding `marker` that the block sends to `engine`, with their parameters."""
+    seen: list[tuple[str, Any]] = []
+
+    def capture(conn, cursor, statement, parameters, context, executemany) -> None:
+        if marker in statement:
+            seen.append((statement, parameters))
+
+    event.listen(engine, "before_cursor_execute", capture)
+    try:
+        yield seen
+    finally:
+        event.remove(engine, "before_cursor_execute", capture)
 
 
 @pytest.fixture
@@ -117,17 +134,8 @@ def test_a_claim_late_in_a_week_reads_about_the_rows_it_claims(seeded: SqlLedger
         seeded.claim_due(now, "w1", lease, 500, W42)
     assert seeded.state_counts(W42).get(pending) == CUSTOMERS // 4
 
-    seen: list[tuple[str, Any]] = []
-
-    def capture(conn, cursor, statement, parameters, context, executemany) -> None:
-        if "SKIP LOCKED" in statement:
-            seen.append((statement, parameters))
-
-    event.listen(engine, "before_cursor_execute", capture)
-    try:
+    with _sent(engine, "SKIP LOCKED") as seen:
         claimed = seeded.claim_due(now, "w2", lease, claim, W42)
-    finally:
-        event.remove(engine, "before_cursor_execute", capture)
     assert len(claimed) == claim
     [(statement, parameters)] = seen
 
@@ -231,26 +239,16 @@ def test_a_wave_of_attempts_is_closed_through_their_keys_whatever_the_statistics
             .all()
         )
     closing = [((a,), {"finished_at": T0, "outcome": "sent"}) for a in opened]
-    seen: list[tuple[str, Any]] = []
-
-    def capture(conn, cursor, statement, parameters, context, executemany) -> None:
-        if statement.startswith("UPDATE attempts"):
-            seen.append((statement, parameters))
-
-    event.listen(engine, "before_cursor_execute", capture)
-    try:
-        with engine.connect() as conn, conn.begin() as tx:
-            matched = base.update_many(
-                conn,
-                attempts,
-                ("attempt_id",),
-                {"finished_at": None, "outcome": None},
-                closing,
-                unset=("finished_at",),
-            )
-            tx.rollback()
-    finally:
-        event.remove(engine, "before_cursor_execute", capture)
+    with _sent(engine, "UPDATE attempts") as seen, engine.connect() as conn, conn.begin() as tx:
+        matched = base.update_many(
+            conn,
+            attempts,
+            ("attempt_id",),
+            {"finished_at": None, "outcome": None},
+            closing,
+            unset=("finished_at",),
+        )
+        tx.rollback()
     assert matched == wave
     [(statement, parameters)] = seen
     with engine.connect() as conn, conn.begin() as tx:
@@ -293,17 +291,8 @@ def test_a_claim_in_a_week_the_statistics_have_not_seen_finds_its_keys_by_key(
             ),
             {"p": str(later), "w": str(W42)},
         )
-    seen: list[tuple[str, Any]] = []
-
-    def capture(conn, cursor, statement, parameters, context, executemany) -> None:
-        if "SKIP LOCKED" in statement:
-            seen.append((statement, parameters))
-
-    event.listen(engine, "before_cursor_execute", capture)
-    try:
+    with _sent(engine, "SKIP LOCKED") as seen:
         claimed = seeded.claim_due(T0 + timedelta(days=8), "w", timedelta(minutes=10), claim, later)
-    finally:
-        event.remove(engine, "before_cursor_execute", capture)
     assert len(claimed) == claim
     [(statement, parameters)] = seen
     with engine.connect() as conn:
