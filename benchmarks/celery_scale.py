@@ -160,7 +160,7 @@ def _measure(opts: Options, workers: int, root: Path) -> dict[str, Any]:
         seed=SEED,
     )
     dagster_url = fresh_database(os.environ[DAGSTER_URL_ENV], f"bench_celery_dagster_{workers}")
-    eligible = seeded.customers - seeded.inactive - seeded.not_opted_in
+    eligible = common.Seeded.of(seeded).eligible
     with ProviderServer(latency_seconds=opts.latency_ms / 1000) as provider:
         settings = provider_settings(
             ledger_url,

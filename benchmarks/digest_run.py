@@ -146,16 +146,14 @@ def _measure(opts: Options, processes: int, row: int, root: Path) -> dict[str, A
     run_id = run_id_of(output)
     with rig.instance() as instance:
         lines = [r.user_message for r in instance.all_logs(run_id)]
-    eligible = seeded.customers - seeded.inactive - seeded.not_opted_in
-    verdict = common.ledger_verdict(
-        ledger_url, PERIOD, common.Seeded(seeded.customers, eligible, seeded.invalid_addresses)
-    )
+    account = common.Seeded.of(seeded)
+    verdict = common.ledger_verdict(ledger_url, PERIOD, account)
     common.progress(f"{MODULE} {processes} process(es): {wall_s:,.1f} s")
     digest, helper = peaks["digest"], peaks.get("helper")
     return {
         "processes": processes,
         "customers": opts.customers,
-        "eligible": eligible,
+        "eligible": account.eligible,
         "wall_s": round(wall_s, 2),
         "messages": len(list((outbox / "new").glob("*"))),
         "forked_steps": sum(1 for m in lines if m.startswith("event=delivered_in_processes")),
@@ -168,7 +166,7 @@ def _measure(opts: Options, processes: int, row: int, root: Path) -> dict[str, A
         "private_mb": digest[1],
         "helper_rss_mb": helper[0] if helper else None,
         "helper_private_mb": helper[1] if helper else None,
-        "accounted": "ok" if verdict["accounted"] else f"FAIL {verdict['states']}",
+        "accounted": common.accounted_cell(verdict),
         "dup_sends": verdict["ledger_double_sends"],
         "run_id": run_id,
     }
@@ -187,7 +185,6 @@ def run(opts: Options) -> dict[str, Any]:
         rows,
         COLUMNS,
     )
-    sys.stdout.flush()
     return common.publish("digest_run", rows, opts)
 
 

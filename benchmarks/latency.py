@@ -118,7 +118,7 @@ def _level(backend: str, concurrency: int, opts: Options) -> dict[str, Any]:
         "items": s["eligible"],
         "bound_per_s": round(bound, 1),
         "pct_of_bound": round(100 * s["sends_per_s"] / bound, 1),
-        "accounted": "ok" if s["accounted"] else f"FAIL {s['states']}",
+        "accounted": common.accounted_cell(s),
         "dup_sends": s["mailer_dup_sends"] + s["ledger_double_sends"],
     }
     if opts.with_job:

@@ -141,7 +141,7 @@ def _week(backend: str, opts: Options) -> tuple[list[dict[str, Any]], list[dict[
             finally:
                 engine.dispose()
         verdict = common.ledger_verdict(b.ledger_url, period, seeded)
-    accounted = "ok" if verdict["accounted"] else f"FAIL {verdict['states']}"
+    accounted = common.accounted_cell(verdict)
     eligible = seeded.eligible
     for row in phases:
         row["items"] = eligible

@@ -111,7 +111,7 @@ def _row(shop: Shop, period: Period, before: int, **figures: Any) -> dict[str, A
         "eligible": shop.seeded.eligible,
         "new_sends": shop.sends() - before,
         "sends": shop.sends(),
-        "accounted": "ok" if verdict["accounted"] else f"FAIL {verdict['states']}",
+        "accounted": common.accounted_cell(verdict),
         "dup_sends": verdict["ledger_double_sends"],
         "verdict": verdict,
     }
