@@ -5,9 +5,11 @@ a `CeleryRig` launcher and a `ProviderServer`.
 """
 
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 
-from sqlalchemy import Engine, select
+from sqlalchemy import Connection, select
 
 from digest_pipeline.adapters.sql.engine import create_ledger_engine
 from digest_pipeline.adapters.sql.invariants import evaluate_invariants
@@ -21,22 +23,25 @@ from digest_pipeline.rigs.servers.provider_server import ProviderServer
 FINISHED = (DeliveryState.CLEANED, DeliveryState.FAILED)
 
 
-def ledger(rig: CeleryRig) -> Engine:
-    return create_ledger_engine(rig.settings["DIGEST_DATABASE_URL"])
+@contextmanager
+def ledger(rig: CeleryRig) -> Iterator[Connection]:
+    """A connection to the rig's ledger, on an engine of its own disposed afterwards."""
+    engine = create_ledger_engine(rig.settings["DIGEST_DATABASE_URL"])
+    try:
+        with engine.connect() as conn:
+            yield conn
+    finally:
+        engine.dispose()
 
 
 def states(rig: CeleryRig, period: Period) -> dict[str, str]:
     """The period's items: operation key to state."""
-    engine = ledger(rig)
-    try:
-        with engine.connect() as conn:
-            rows = conn.execute(
-                select(work_items.c.operation_key, work_items.c.state).where(
-                    work_items.c.period == str(period)
-                )
-            ).all()
-    finally:
-        engine.dispose()
+    with ledger(rig) as conn:
+        rows = conn.execute(
+            select(work_items.c.operation_key, work_items.c.state).where(
+                work_items.c.period == str(period)
+            )
+        ).all()
     return {key: state for key, state in rows}
 
 
@@ -60,14 +65,10 @@ def assert_week_done_once(rig: CeleryRig, provider: ProviderServer, period: Peri
     assert found, f"{period} has no work items"
     open_states = {k: s for k, s in found.items() if s not in FINISHED}
     assert open_states == {}, f"{period}: items not finished: {open_states}"
-    engine = ledger(rig)
-    try:
-        with engine.connect() as conn:
-            failed = [
-                r.name for r in evaluate_invariants(conn, period, datetime.now(UTC)) if not r.passed
-            ]
-    finally:
-        engine.dispose()
+    with ledger(rig) as conn:
+        failed = [
+            r.name for r in evaluate_invariants(conn, period, datetime.now(UTC)) if not r.passed
+        ]
     assert failed == [], f"{period}: invariants violated: {failed}"
     stored = provider.stored
     cleaned = {k for k, s in found.items() if s == DeliveryState.CLEANED}

@@ -123,13 +123,9 @@ def test_a_worker_without_the_runs_settings_refuses_its_step(
     assert code != 0, output
     summary = output.split("\n\nstate", 1)[0]  # the lines before the summary table
     assert line in summary, output
-    engine = ledger(rig)
-    try:
-        with engine.connect() as conn:
-            frozen = conn.execute(select(func.count()).select_from(eligibility_snapshot)).scalar()
-            tried = conn.execute(select(func.count()).select_from(attempts)).scalar()
-    finally:
-        engine.dispose()
+    with ledger(rig) as conn:
+        frozen = conn.execute(select(func.count()).select_from(eligibility_snapshot)).scalar()
+        tried = conn.execute(select(func.count()).select_from(attempts)).scalar()
     assert (frozen, tried) == (0, 0), "the refused step recorded nothing"
     assert not (rig.root / "stray" / ".digest").exists(), "no local ledger or outbox was made"
 
@@ -166,20 +162,16 @@ def _batch_in_flight(rig: CeleryRig, run_id: str, worker: str) -> str | None:
             for r in instance.all_logs(run_id)
             if r.dagster_event is not None and r.dagster_event.is_step_success
         }
-    engine = ledger(rig)
-    try:
-        with engine.connect() as conn:
-            for step in (k for k in mine if ".deliver_batch[" in k and k not in done):
-                owner = f"{run_id[:8]}:{step.split('[')[1].rstrip(']')}"
-                sent = conn.execute(
-                    select(func.count())
-                    .select_from(attempts)
-                    .where(attempts.c.worker == owner, attempts.c.finished_at.is_not(None))
-                ).scalar_one()
-                if 10 <= sent < BATCH_SIZE - 20:
-                    return owner
-    finally:
-        engine.dispose()
+    with ledger(rig) as conn:
+        for step in (k for k in mine if ".deliver_batch[" in k and k not in done):
+            owner = f"{run_id[:8]}:{step.split('[')[1].rstrip(']')}"
+            sent = conn.execute(
+                select(func.count())
+                .select_from(attempts)
+                .where(attempts.c.worker == owner, attempts.c.finished_at.is_not(None))
+            ).scalar_one()
+            if 10 <= sent < BATCH_SIZE - 20:
+                return owner
     return None
 
 
@@ -222,15 +214,11 @@ def test_a_worker_killed_inside_a_batch_fails_the_run_and_a_rerun_finishes_the_w
     code, output = finished(launcher)
     assert code != 0, output
     # the kill landed inside the batch: some of its items went out, some did not
-    engine = ledger(rig)
-    try:
-        with engine.connect() as conn:
-            rows = conn.execute(
-                select(work_items.c.state).where(work_items.c.lease_owner == owner)
-            ).scalars()
-            left = [s for s in rows if s not in (DeliveryState.SENT, DeliveryState.CLEANED)]
-    finally:
-        engine.dispose()
+    with ledger(rig) as conn:
+        rows = conn.execute(
+            select(work_items.c.state).where(work_items.c.lease_owner == owner)
+        ).scalars()
+        left = [s for s in rows if s not in (DeliveryState.SENT, DeliveryState.CLEANED)]
     assert left, "the killed batch had finished before the kill"
     _finish_after_the_kill(rig, provider, W43)
 
@@ -299,16 +287,12 @@ def test_a_killed_step_process_takes_its_delivery_helper_with_it(
         assert code != 0, output
     finally:
         helper_rig.stop_workers()
-    engine = ledger(helper_rig)
-    try:
-        with engine.connect() as conn:
-            after = conn.execute(
-                select(func.count())
-                .select_from(attempts)
-                .where(attempts.c.worker == f"{owner}/p1", attempts.c.started_at > killed_at)
-            ).scalar_one()
-    finally:
-        engine.dispose()
+    with ledger(helper_rig) as conn:
+        after = conn.execute(
+            select(func.count())
+            .select_from(attempts)
+            .where(attempts.c.worker == f"{owner}/p1", attempts.c.started_at > killed_at)
+        ).scalar_one()
     # at most the one wave it was starting as the kill landed; a helper that lived on to its
     # next claim would have started the rest of its claim (8 waves)
     assert after <= CONCURRENCY, f"the helper started {after} sends after its step was killed"

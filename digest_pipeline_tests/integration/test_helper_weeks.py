@@ -94,19 +94,15 @@ def _script(provider: ProviderServer, period: Period) -> None:
 
 def _helped(rig: CeleryRig, period: Period) -> int:
     """Attempts a helper recorded for the period (owners `<run>:<batch>/p1`)."""
-    engine = ledger(rig)
-    try:
-        with engine.connect() as conn:
-            return int(
-                conn.execute(
-                    select(func.count())
-                    .select_from(attempts)
-                    .join(work_items, work_items.c.operation_key == attempts.c.operation_key)
-                    .where(work_items.c.period == str(period), attempts.c.worker.like("%/p1"))
-                ).scalar_one()
-            )
-    finally:
-        engine.dispose()
+    with ledger(rig) as conn:
+        return int(
+            conn.execute(
+                select(func.count())
+                .select_from(attempts)
+                .join(work_items, work_items.c.operation_key == attempts.c.operation_key)
+                .where(work_items.c.period == str(period), attempts.c.worker.like("%/p1"))
+            ).scalar_one()
+        )
 
 
 def test_consecutive_weeks_with_helpers_deliver_each_item_once(
