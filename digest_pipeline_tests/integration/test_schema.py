@@ -219,7 +219,7 @@ def test_a_sqlite_migration_that_would_leave_a_dangling_reference_commits_nothin
 
 
 def test_starting_on_a_sqlite_ledger_at_head_reads_nothing_but_its_revision(tmp_path):
-    # Every resource, command and helper migrates as it starts. The foreign-key check a
+    # Every resource of a run and every command migrates as it starts. The foreign-key check a
     # migration needs reads every table whole: on a year of weeks it cost each start (three a
     # run) as much as a small week's delivery, so a ledger already at head must skip it.
     engine = create_ledger_engine(f"sqlite:///{tmp_path / 'current.db'}")

@@ -68,13 +68,14 @@ def due_clause(now: datetime, period: Period | None) -> ColumnElement[bool]:
 
 
 def sqlite_statistics_outgrown(conn: Connection, table: Table) -> bool:
-    """Whether SQLite's statistics of `table` are missing or outgrown (`_refresh_statistics`'s rule).
+    """Whether SQLite's statistics of `table` are missing or outgrown (as PostgreSQL's are judged).
 
-    Outgrown: the table's rows now exceed twice those of its last analysis by `ANALYZE_AFTER`.
-    SQLite's ANALYZE reads the whole table and each of its indexes: a year of 10,000-customer
-    weeks made every enqueue 80 ms slower than the first. Its statistics (sqlite_stat1) are averages per index
-    prefix, not per value, so a new week's rows look like the last week's; refreshed only as the
-    table doubles, all the analyses of a growing ledger cost about twice its last one.
+    Outgrown: the table's rows now exceed twice those of its last analysis by `ANALYZE_AFTER`
+    (`_refresh_statistics`'s rule). SQLite's ANALYZE reads the whole table and each of its
+    indexes: a year of 10,000-customer weeks made every enqueue 80 ms slower than the first.
+    Its statistics (sqlite_stat1) are averages per index prefix, not per value, so a new week's
+    rows look like the last week's; refreshed only as the table doubles, all the analyses of a
+    growing ledger cost about twice its last one.
     """
     analysed = None
     if conn.exec_driver_sql("SELECT 1 FROM sqlite_master WHERE name = 'sqlite_stat1'").first():
