@@ -301,3 +301,62 @@ def test_a_claim_in_a_week_the_statistics_have_not_seen_finds_its_keys_by_key(
     # the locked keys are looked up (an index condition), never tested row by row (a filter)
     filters = [n.get("Filter", "") for n in plan if n.get("Relation Name") == "work_items"]
     assert not any("operation_key" in f for f in filters), filters
+
+
+def _read(explained: Any, table: str) -> int:
+    """Rows of `table` a plan read or read and threw away, over all its loops."""
+    return sum(
+        (n.get("Actual Rows", 0) + n.get("Rows Removed by Filter", 0)) * n.get("Actual Loops", 1)
+        for n in _nodes(explained)
+        if n.get("Relation Name") == table
+    )
+
+
+def test_a_late_week_reads_its_own_items_and_attempts_not_the_history(seeded: SqlLedger) -> None:
+    # Nine earlier weeks of the same shop before W42, each item with its attempt. A week's keys
+    # sort after every earlier week's, so a period's first page in key order walked the key
+    # index past all of them, and the invariants and the metrics hashed the week's items and
+    # scanned every attempt of the ledger: growth with every week a ledger keeps (a year of
+    # 10,000-customer weeks, README, seventeenth round).
+    engine, page, weeks = seeded.engine, 500, 9
+    earlier = [Period(2026, W42.week - k) for k in range(1, weeks + 1)]
+    with engine.begin() as conn:
+        for p in earlier:
+            conn.execute(
+                text(
+                    "INSERT INTO work_items (operation_key, period, customer_id, state, attempts,"
+                    " budget_used, lease_token, created_at, updated_at, next_attempt_at, sent_at)"
+                    " SELECT 'digest:' || :p || ':' || customer_id, :p, customer_id, 'sent', 1, 1,"
+                    " 1, created_at, updated_at, created_at, created_at"
+                    " FROM work_items WHERE period = :w"
+                ),
+                {"p": str(p), "w": str(W42)},
+            )
+        conn.execute(
+            text(
+                "INSERT INTO attempts (operation_key, number, lease_token, worker, started_at,"
+                " finished_at, outcome, duplicate)"
+                " SELECT operation_key, 1, 1, 'w', now(), now(), 'sent', false FROM work_items"
+            )
+        )
+    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        conn.execute(text("ANALYZE work_items, attempts"))
+
+    with _sent(engine, "SELECT") as seen:
+        next(iter(seeded.iter_item_leases(W42, page=page)))
+        seeded.attempt_outcome_counts(W42)
+        seeded.check_invariants(W42, T0, names={"no_duplicate_send", "no_silent_timeout"})
+
+    def explain(statement: str, parameters: Any) -> Any:
+        with engine.connect() as conn:
+            sql = "EXPLAIN (ANALYZE, FORMAT JSON) " + statement
+            return conn.exec_driver_sql(sql, parameters).scalar_one()
+
+    [first_page] = [explain(*s) for s in seen if "LIMIT" in s[0] and "attempts" not in s[0]]
+    assert _read(first_page, "work_items") <= 2 * page
+    attempt_reads = [explain(*s) for s in seen if "attempts" in s[0]]
+    assert len(attempt_reads) >= 4, "two metrics statements and two invariants"
+    for plan in attempt_reads:
+        # this week's attempts (one an item) and its items, never the nine weeks before
+        assert _read(plan, "attempts") <= 2 * CUSTOMERS, json.dumps(plan)[:2000]
+        assert _read(plan, "work_items") <= 3 * CUSTOMERS, json.dumps(plan)[:2000]

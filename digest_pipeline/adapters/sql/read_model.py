@@ -14,7 +14,7 @@ from sqlalchemy import (
 
 from digest_pipeline.adapters.sql import rows as sql_rows
 from digest_pipeline.adapters.sql.base import KEYS, SqlBase, period_items, wi
-from digest_pipeline.adapters.sql.invariants import evaluate_invariants
+from digest_pipeline.adapters.sql.invariants import evaluate_invariants, key_in, period_keys
 from digest_pipeline.adapters.sql.schema import (
     attempts,
     audit_log,
@@ -159,19 +159,24 @@ class SqlReadModel(SqlBase, ReadModel, AuditTrail):
             items = [sql_rows.work_item(r) for r in rows]
         return sorted(items, key=lambda i: str(i.key))
 
+    # A period's items are paged by customer id: within one period a key is its customer id
+    # behind the period's own prefix, so that is key order, read off the unique index on
+    # (period, customer_id). Paged by key, the first page of each new week walked the key index
+    # past every earlier week's items (434,061 of them, 98 ms, in the 52nd 10,000-customer week
+    # on PostgreSQL).
     def iter_items(
         self, period: Period, states: Iterable[DeliveryState] | None = None, page: int = 1_000
     ) -> Iterator[WorkItem]:
         yield from self._pages(
-            period_items(period, states), wi.c.operation_key, sql_rows.work_item, page
+            period_items(period, states), wi.c.customer_id, sql_rows.work_item, page
         )
 
     def iter_item_times(self, period: Period) -> Iterator[ItemTimes]:
         c = wi.c
         q = select(
-            c.operation_key, c.state, c.created_at, c.first_claimed_at, c.sent_at, c.cleaned_at
+            c.customer_id, c.state, c.created_at, c.first_claimed_at, c.sent_at, c.cleaned_at
         ).where(c.period == str(period))
-        yield from self._pages(q, wi.c.operation_key, sql_rows.item_times, 5_000)
+        yield from self._pages(q, wi.c.customer_id, sql_rows.item_times, 5_000)
 
     def item_time_summary(self, period: Period) -> ItemTimeSummary:
         q = _ITEM_TIME_SUMMARY_ON_PG if self._pg else _ITEM_TIME_SUMMARY_ON_SQLITE
@@ -184,7 +189,7 @@ class SqlReadModel(SqlBase, ReadModel, AuditTrail):
         q = select(c.operation_key, c.period, c.customer_id, c.state, c.lease_token).where(
             c.period == str(period)
         )
-        yield from self._pages(q, wi.c.operation_key, sql_rows.item_lease, page)
+        yield from self._pages(q, wi.c.customer_id, sql_rows.item_lease, page)
 
     def attempts(self, key: OperationKey) -> list[Attempt]:
         q = (
@@ -202,9 +207,7 @@ class SqlReadModel(SqlBase, ReadModel, AuditTrail):
 
     def attempt_outcome_counts(self, period: Period) -> dict[str, int]:
         a = attempts
-        of_period = a.c.operation_key.in_(
-            select(wi.c.operation_key).where(wi.c.period == str(period))
-        )
+        of_period = key_in(a.c.operation_key, period_keys(str(period)), self._pg)
         outcome = func.coalesce(a.c.outcome, "open")
         by_outcome = select(outcome, func.count()).where(of_period).group_by(outcome)
         dupes = select(func.count()).where(of_period, a.c.duplicate.is_(True))
