@@ -353,7 +353,8 @@ class ReadModel(ABC):
     ) -> Iterator[WorkItem]:
         """`items`, streamed a page at a time, so a million items never sit in memory together.
 
-        The SQL ledger pages by key; this default reads them all.
+        The SQL ledger pages by customer id (key order, within one period); this default reads
+        them all.
         """
         yield from self.items(period, states)
 
