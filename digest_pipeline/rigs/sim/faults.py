@@ -82,7 +82,13 @@ class SimProvider(Mailer):
     @property
     def capabilities(self) -> MailerCapabilities:
         window = IDEMPOTENCY_WINDOW if self._faults.provider_idempotent else None
-        return MailerCapabilities(idempotency_window=window, can_lookup=False)
+        # Not `remote`: a remote mailer's sends run on a pool thread, and this one's latency is
+        # a sleep on the scheduler, which belongs to the actor's own thread. From a pool thread
+        # it handed the baton on while the actor's thread went on composing the next wave, so
+        # under load a worker's ledger calls raced the scheduler's sweeps and lease recoveries
+        # (a single-worker cell sent 10 or 33 digests instead of 162). The latency is virtual:
+        # there is no real wait to overlap anyway.
+        return MailerCapabilities(idempotency_window=window, can_lookup=False, remote=False)
 
     def _permanent(self, key: str) -> bool:
         return unit(self._seed, key, "permanent") < self._faults.permanent_rate

@@ -126,8 +126,14 @@ class Scheduler:
             raise SimStopped(f"{actor.name} stopped")
 
     def sleep(self, delta: timedelta) -> None:
-        """The current actor waits `delta` of virtual time while others run."""
+        """The current actor waits `delta` of virtual time while others run.
+
+        Only from the actor's own thread: a helper thread of the actor's (a send pool's) would
+        hand the baton on while the actor's thread runs on, two threads racing on one baton.
+        """
         actor = self.current
+        if threading.current_thread() is not actor._thread:
+            raise RuntimeError(f"only {actor.name}'s own thread can wait on its virtual time")
         if actor.stopping:
             raise SimStopped(f"{actor.name} stopped")
         self._push(self.now + delta, actor)
