@@ -619,6 +619,10 @@ def accounted_cell(verdict: Mapping[str, Any]) -> str:
     return "ok" if verdict["accounted"] else f"FAIL {verdict['states']}"
 
 
+#: the cells `verdicts` makes, in the order the tables show them
+VERDICT_COLUMNS = ("accounted", "dup_sends", "checks")
+
+
 def verdicts(m: Mapping[str, Any]) -> dict[str, Any]:
     """A measured run's verdicts as table cells: every item accounted for, duplicate sends (the
     mailer's count, where it has one, plus the ledger's) and the job's checks passed."""

@@ -53,9 +53,7 @@ COLUMNS = (
     "event_rows",
     "rss_mb",
     "rss_children_mb",
-    "accounted",
-    "dup_sends",
-    "checks",
+    *common.VERDICT_COLUMNS,
     "note",
 )
 

@@ -27,9 +27,7 @@ COLUMNS = (
     "delivery_s",
     "ms_per_cust",
     "delivery_ms_per_cust",
-    "accounted",
-    "dup_sends",
-    "checks",
+    *common.VERDICT_COLUMNS,
 )
 
 

@@ -38,9 +38,7 @@ COLUMNS = (
     "checks_s",
     "srv_stmts_per_cust",
     "event_rows",
-    "accounted",
-    "dup_sends",
-    "checks",
+    *common.VERDICT_COLUMNS,
 )
 
 
