@@ -44,6 +44,24 @@ def _nodes(explained: Any) -> Iterator[dict[str, Any]]:
         todo.extend(node.get("Plans", []))
 
 
+def _read(explained: Any, table: str) -> int:
+    """Rows the scans of `table` in an analysed plan returned or filtered out, over all loops."""
+    return sum(
+        (n["Actual Rows"] + n.get("Rows Removed by Filter", 0)) * n.get("Actual Loops", 1)
+        for n in _nodes(explained)
+        if n.get("Relation Name") == table and "Scan" in n["Node Type"]
+    )
+
+
+def _analysed(engine: Engine, statement: str, parameters: Any) -> Any:
+    """`EXPLAIN (ANALYZE, FORMAT JSON)` of a captured statement, run and rolled back."""
+    with engine.connect() as conn, conn.begin() as tx:
+        sql = "EXPLAIN (ANALYZE, FORMAT JSON) " + statement
+        explained = conn.exec_driver_sql(sql, parameters).scalar_one()
+        tx.rollback()
+    return explained
+
+
 def _plan_nodes(engine: Engine, sql: str, **params: Any) -> Iterator[dict[str, Any]]:
     with engine.connect() as conn:
         explained = conn.execute(text(f"EXPLAIN (FORMAT JSON) {sql}"), params).scalar_one()
@@ -154,12 +172,7 @@ def test_a_claim_late_in_a_week_reads_about_the_rows_it_claims(seeded: SqlLedger
         tx.rollback()
     # rows the scans of work_items returned or filtered out: the due index's for the lock,
     # then one primary-key probe a claimed key (the old join read 6,100 here)
-    read = sum(
-        (n["Actual Rows"] + n.get("Rows Removed by Filter", 0)) * n.get("Actual Loops", 1)
-        for n in _nodes(explained)
-        if n.get("Relation Name") == "work_items" and "Scan" in n["Node Type"]
-    )
-    assert read <= 3 * claim
+    assert _read(explained, "work_items") <= 3 * claim
 
 
 def _live_rows(engine: Engine, table: str) -> int:
@@ -251,11 +264,7 @@ def test_a_wave_of_attempts_is_closed_through_their_keys_whatever_the_statistics
         tx.rollback()
     assert matched == wave
     [(statement, parameters)] = seen
-    with engine.connect() as conn, conn.begin() as tx:
-        explained = conn.exec_driver_sql(
-            "EXPLAIN (ANALYZE, FORMAT JSON) " + statement, parameters
-        ).scalar_one()
-        tx.rollback()
+    explained = _analysed(engine, statement, parameters)
     # rows of attempts read or filtered out, and pairs a join compared and threw away: one
     # primary-key probe an attempt (the `IS NULL` filter read the table and compared 65,280)
     read = sum(
@@ -303,15 +312,6 @@ def test_a_claim_in_a_week_the_statistics_have_not_seen_finds_its_keys_by_key(
     assert not any("operation_key" in f for f in filters), filters
 
 
-def _read(explained: Any, table: str) -> int:
-    """Rows of `table` a plan read or read and threw away, over all its loops."""
-    return sum(
-        (n.get("Actual Rows", 0) + n.get("Rows Removed by Filter", 0)) * n.get("Actual Loops", 1)
-        for n in _nodes(explained)
-        if n.get("Relation Name") == table
-    )
-
-
 def test_a_late_week_reads_its_own_items_and_attempts_not_the_history(seeded: SqlLedger) -> None:
     # Nine earlier weeks of the same shop before W42, each item with its attempt. A week's keys
     # sort after every earlier week's, so a period's first page in key order walked the key
@@ -346,15 +346,11 @@ def test_a_late_week_reads_its_own_items_and_attempts_not_the_history(seeded: Sq
         next(iter(seeded.iter_item_leases(W42, page=page)))
         seeded.attempt_outcome_counts(W42)
         seeded.check_invariants(W42, T0, names={"no_duplicate_send", "no_silent_timeout"})
-
-    def explain(statement: str, parameters: Any) -> Any:
-        with engine.connect() as conn:
-            sql = "EXPLAIN (ANALYZE, FORMAT JSON) " + statement
-            return conn.exec_driver_sql(sql, parameters).scalar_one()
-
-    [first_page] = [explain(*s) for s in seen if "LIMIT" in s[0] and "attempts" not in s[0]]
+    [first_page] = [
+        _analysed(engine, *s) for s in seen if "LIMIT" in s[0] and "attempts" not in s[0]
+    ]
     assert _read(first_page, "work_items") <= 2 * page
-    attempt_reads = [explain(*s) for s in seen if "attempts" in s[0]]
+    attempt_reads = [_analysed(engine, *s) for s in seen if "attempts" in s[0]]
     assert len(attempt_reads) >= 4, "two metrics statements and two invariants"
     for plan in attempt_reads:
         # this week's attempts (one an item) and its items, never the nine weeks before
