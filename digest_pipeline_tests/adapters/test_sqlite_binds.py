@@ -24,7 +24,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects import sqlite
 
-from digest_pipeline.adapters.sql.base import insert_rows
+from digest_pipeline.adapters.sql.base import bound_column, insert_rows
 from digest_pipeline.adapters.sql.types import UtcDateTime
 
 DIALECT = sqlite.dialect()
@@ -107,3 +107,18 @@ def test_insert_rows_on_sqlite_stores_what_sqlalchemys_insert_stores(tmp_path: P
         for r in [*given, *defaulted]
     ]
     engine.dispose()
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        [],
+        [INSTANTS[0]] * 5,  # one `now` in every row: bound once
+        [INSTANTS[0], INSTANTS[0].replace(), INSTANTS[1]],  # equal, distinct and different
+        [INSTANTS[1], *[INSTANTS[0]] * 3],
+    ],
+    ids=["empty", "one-object", "mixed", "first-differs"],
+)
+def test_a_column_is_bound_as_each_of_its_values_would_be(values: list[datetime]) -> None:
+    assert BIND is not None
+    assert bound_column(values, BIND) == [BIND(v) for v in values]

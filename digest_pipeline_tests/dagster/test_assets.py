@@ -14,6 +14,7 @@ from digest_pipeline_tests.conftest import W42
 from digest_pipeline_tests.dagster.conftest import PERMANENT, TRANSIENT
 from digest_pipeline_tests.dagster.harness import (
     ASSETS,
+    BEFORE_DELIVERY,
     CHECK_COUNT,
     DELIVERY_AND_CLEANUP,
     World,
@@ -231,6 +232,25 @@ def test_cleanup_numbers_are_on_digest_cleanup_only(week_with_failures):
     assert [k for k in CLEANUP_ONLY if k in deliveries] == []
     assert all(k in cleanup for k in CLEANUP_ONLY)
     assert cleanup["cleaned"] == 3
+
+
+def test_cleanup_lag_is_the_time_from_sent_to_cleaned(world_of):
+    world = world_of(3)
+    for n in (1, 2):
+        world.mailer.script(key_of(n), SendOutcome.failed(FailureClass.TRANSIENT, "smtp:451"))
+    world.materialize(selection=[*BEFORE_DELIVERY, "digest_deliveries"])
+    world.clock.advance(timedelta(hours=1))
+    world.materialize(selection=["digest_deliveries"])
+    world.clock.advance(timedelta(hours=2))
+    result = world.materialize(selection=["digest_cleanup"])
+
+    cleanup = metadata(result, "digest_cleanup")
+    # the two retried items were sent 2 h before cleanup, the other 3 h before
+    assert (cleanup["cleaned"], cleanup["cleanup_lag_p50_s"], cleanup["cleanup_lag_max_s"]) == (
+        3,
+        7200.0,
+        10800.0,
+    )
 
 
 def test_delivered_fraction_is_sent_and_cleaned_over_eligible_from_the_ledger(world_of):

@@ -173,7 +173,7 @@ def _execute_positional(
             values = [r[c] for _, r in rows]
         else:
             values = [constant] * len(rows)
-        bound.append(values if process is None else [process(v) for v in values])
+        bound.append(values if process is None else bound_column(values, process))
     return conn.exec_driver_sql(built.sql, list(zip(*bound, strict=True))).rowcount
 
 
@@ -277,7 +277,7 @@ def insert_rows(conn: Connection, table: Table, rows: Sequence[Mapping[str, Any]
     bind = [_bind(table.c[n].type, conn.dialect) for n in names]
     if sql is not None:
         columns = [
-            [r[n] for r in rows] if f is None else [f(r[n]) for r in rows]
+            [r[n] for r in rows] if f is None else bound_column([r[n] for r in rows], f)
             for n, f in zip(names, bind, strict=True)
         ]
         conn.exec_driver_sql(sql, list(zip(*columns, strict=True)))
@@ -316,6 +316,20 @@ def _sqlite_insert(table: Table, names: Sequence[str], dialect: Dialect) -> str 
         in_order = compiled.positiontup == list(names)
         _INSERTS[key] = None if left_out or not in_order else compiled.string
     return _INSERTS[key]
+
+
+def bound_column(values: Sequence[Any], process: Callable[[Any], Any]) -> list[Any]:
+    """A column's values through its bind processing, once when every row holds the same object.
+
+    A wave's or a cleanup chunk's timestamps are one `now` in every row, and SQLite's datetime
+    processing (UTC text) costs far more than the identity test that skips it.
+    """
+    if not values:
+        return []
+    first = values[0]
+    if all(v is first for v in values):
+        return [process(first)] * len(values)
+    return [process(v) for v in values]
 
 
 def _bind(kind: TypeEngine[Any], dialect: Dialect) -> Callable[[Any], Any] | None:
