@@ -1,6 +1,7 @@
 """`make bench`: the benchmarks of issue 7, the SQL floor and the phases of issue 15,
 consecutive weeks on one ledger, the UI launch of issue 11, `digest run` with one and two
-delivery processes and the Celery scale-out, in order, each printing its table and writing JSON.
+delivery processes and the Celery scale-out, in order, each printing its table and writing JSON;
+then issue 15's targets, judged from the JSON this invocation wrote (`benchmarks.targets`).
 
 Run under `scripts/pg-test-cluster.sh` (and `scripts/redis-test-server.sh` for Celery) for the
 PostgreSQL variants; without `DIGEST_TEST_DATABASE_URL` (or `DIGEST_TEST_REDIS_URL`) they are
@@ -13,6 +14,7 @@ import argparse
 import sys
 import time
 from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +28,7 @@ from benchmarks import (
     phases,
     scale_out,
     side_by_side,
+    targets,
     ui_launch,
     weeks,
 )
@@ -120,11 +123,13 @@ def main(argv: Sequence[str]) -> int:
     p.add_argument("--json-dir", type=Path, default=common.DEFAULT_JSON_DIR)
     a = p.parse_args(argv)
     plans = _plans(a)
+    since = datetime.now(UTC)
     started = time.perf_counter()
     for name in [a.only] if a.only else ORDER:
         t0 = time.perf_counter()
         plans[name]()
         print(f"[{name}: {time.perf_counter() - t0:,.0f} s]", flush=True)
+    targets.report(a.json_dir, since)
     print(f"\nbenchmarks done in {time.perf_counter() - started:,.0f} s; JSON in {a.json_dir}")
     return 0
 
