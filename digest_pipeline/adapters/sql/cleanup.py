@@ -66,8 +66,13 @@ class SqlCleaner(SqlBase, Cleaner):
         """
         by_text = {str(k): k for k, _ in items}
         keys = list(by_text)
-        locked = select(wi.c.operation_key, wi.c.state, wi.c.lease_token).where(
-            one_of(wi.c.operation_key, keys, self._pg)
+        # Locked in key order, whatever the plan: two cleaners of one page, one planned as a scan
+        # of the table and one through the key index, otherwise locked its rows in opposite
+        # orders, and PostgreSQL aborted one with `deadlock detected`.
+        locked = (
+            select(wi.c.operation_key, wi.c.state, wi.c.lease_token)
+            .where(one_of(wi.c.operation_key, keys, self._pg))
+            .order_by(wi.c.operation_key)
         )
         current = {k: (state, token) for k, state, token in conn.execute(locked.with_for_update())}
         cleaned = {k for k, (state, _) in current.items() if state == DeliveryState.CLEANED.value}

@@ -124,10 +124,17 @@ class SqlContent(SqlBase, ContentStore):
         refused: dict[OperationKey, DeliveryState | None] = {}
         removed = written = 0
         with self._engine.begin() as conn:
-            for chunk in chunked(wanted, KEYS):
+            # In key order, chunk after chunk, as every transaction that locks many items takes
+            # them (cleanup, a wave's transitions): two replacements never wait on each other
+            # in a cycle, whichever plan reads each chunk.
+            for chunk in chunked(sorted(wanted), KEYS):
                 # Locked until commit (PostgreSQL; SQLite's BEGIN IMMEDIATE serialises writers),
                 # so no worker claims an item between this read and the rows' replacement.
-                q = select(wi.c.operation_key, wi.c.state).where(wi.c.operation_key.in_(chunk))
+                q = (
+                    select(wi.c.operation_key, wi.c.state)
+                    .where(wi.c.operation_key.in_(chunk))
+                    .order_by(wi.c.operation_key)
+                )
                 states: dict[str, str] = {k: s for k, s in conn.execute(q.with_for_update())}
                 movable = [k for k in chunk if states.get(k) in never_sent]
                 refused.update(
