@@ -51,7 +51,10 @@ def load(json_dir: Path, since: datetime | None = None) -> dict[str, dict[str, A
     """Each benchmark's JSON in `json_dir`, keeping only those written at or after `since`."""
     out: dict[str, dict[str, Any]] = {}
     for path in sorted(json_dir.glob("*.json")):
-        payload = json.loads(path.read_text(encoding="utf-8"))
+        try:
+            payload = json.loads(path.read_text(encoding="utf-8"))
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise ValueError(f"{path} is not a benchmark's JSON: {e}") from None
         name = payload.get("benchmark")
         if name is None or name == "targets":
             continue
@@ -155,11 +158,8 @@ def event_rows(payloads: Payloads) -> Iterator[Verdict]:
         yield _unmeasured(target, f"no {WEEK:,} row in this run")
     for executor in sorted({r["executor"] for r in rows}):
         counts = [r["event_rows"] for r in rows if r["executor"] == executor]
-        yield Verdict(
-            f"{target} ({executor})",
-            f"{max(counts)} (largest of {len(counts)} rows)",
-            max(counts) <= EVENT_ROWS,
-        )
+        most = f"{max(counts)}" + (f" (the most of {len(counts)} rows)" if len(counts) > 1 else "")
+        yield Verdict(f"{target} ({executor})", most, max(counts) <= EVENT_ROWS)
 
 
 def large_week(payloads: Payloads) -> Iterator[Verdict]:
@@ -172,7 +172,7 @@ def large_week(payloads: Payloads) -> Iterator[Verdict]:
         yield _unmeasured(srv_target, why)
         return
     peak = max(max(r["rss_mb"], r["rss_children_mb"] or 0.0) for r in rows)
-    yield Verdict(rss_target, f"{peak:.1f} MB (largest of {len(rows)} rows)", peak < RSS_MB)
+    yield Verdict(rss_target, f"{peak:.1f} MB (the most of {len(rows)} rows)", peak < RSS_MB)
     counted = [r["srv_stmts_per_cust"] for r in rows if r["srv_stmts_per_cust"] is not None]
     if not counted:
         yield _unmeasured(srv_target, "no PostgreSQL row")
@@ -251,7 +251,12 @@ def main(argv: Sequence[str]) -> int:
         help="only JSON written at or after this instant (ISO 8601, with its offset)",
     )
     a = p.parse_args(argv)
-    report(a.json_dir, a.since)
+    if not a.json_dir.is_dir():
+        p.error(f"{a.json_dir} is not a folder (make bench writes its JSON to .digest/bench)")
+    try:
+        report(a.json_dir, a.since)
+    except ValueError as e:
+        p.error(str(e))
     return 0
 
 

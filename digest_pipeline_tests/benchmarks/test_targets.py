@@ -160,22 +160,32 @@ def test_only_this_runs_json_is_judged(tmp_path: Path):
     assert "targets" not in load(tmp_path)
 
 
-def test_a_since_without_an_offset_is_refused_in_one_line(tmp_path: Path):
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "benchmarks.targets",
-            "--json-dir",
-            str(tmp_path),
-            "--since",
-            "2026-12-06T10:00",
-        ],
+def _targets_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "benchmarks.targets", *args],
         cwd=common.ROOT,
         capture_output=True,
         text=True,
         check=False,
     )
+
+
+def test_a_since_without_an_offset_is_refused_in_one_line(tmp_path: Path):
+    done = _targets_cli("--json-dir", str(tmp_path), "--since", "2026-12-06T10:00")
     assert done.returncode == 2
     assert "has no UTC offset" in done.stderr.strip().splitlines()[-1]
+    assert not (tmp_path / "targets.json").exists()
+
+
+def test_a_missing_folder_or_a_broken_file_is_refused_in_one_line(tmp_path: Path):
+    missing = tmp_path / "nowhere"
+    done = _targets_cli("--json-dir", str(missing))
+    assert done.returncode == 2
+    assert "is not a folder" in done.stderr.strip().splitlines()[-1]
+    assert not missing.exists()
+
+    (tmp_path / "e2e.json").write_text("{not json", encoding="utf-8")
+    done = _targets_cli("--json-dir", str(tmp_path))
+    assert done.returncode == 2
+    assert "e2e.json is not a benchmark's JSON" in done.stderr.strip().splitlines()[-1]
     assert not (tmp_path / "targets.json").exists()
