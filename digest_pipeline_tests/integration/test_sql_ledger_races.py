@@ -2,7 +2,9 @@
 
 On PostgreSQL the claims race through `FOR UPDATE SKIP LOCKED`; on SQLite through serialized
 `BEGIN IMMEDIATE` transactions. Evidence comes from the ledger (one attempt and fencing token 1
-per item) and from the provider's own record (one delivery per key).
+per item) and from the provider's own record (one delivery per key). Transactions that lock
+many items at once (cleanup, content regeneration) lock them in one order whatever their plans,
+so two of them never deadlock.
 """
 
 import random
@@ -145,8 +147,9 @@ def _race_past_the_middle_item(
     key order; returns what each call returned (a call that raised returns nothing).
 
     The middle item is held locked until both calls wait on a lock, so their locking reads
-    overlap whatever the machine's speed: locked in plan order, the scan takes the items from
-    the top and the index from the bottom, and PostgreSQL aborts one with `deadlock detected`.
+    overlap whatever the machine's speed. Were the items locked in plan order, the scan would
+    take them from the top and the index from the bottom, and PostgreSQL would abort one with
+    `deadlock detected` once the middle item is let go.
     """
     with engine.begin() as conn:
         conn.execute(text("CREATE INDEX work_items_key_desc ON work_items (operation_key DESC)"))
