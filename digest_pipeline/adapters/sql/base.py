@@ -67,6 +67,22 @@ def due_clause(now: datetime, period: Period | None) -> ColumnElement[bool]:
     return due if period is None else and_(due, wi.c.period == str(period))
 
 
+def locked_items(keys: Sequence[str], pg: bool, *columns: ColumnElement[Any]) -> Select[Any]:
+    """`columns` of the work items `keys`, read and locked (`FOR UPDATE`) in key order.
+
+    Every transaction that locks many items takes them in this one order, whatever its plan: two
+    cleaners of one page, one planned as a scan of the table and one through the key index,
+    otherwise locked its rows in opposite orders, and PostgreSQL aborted one with `deadlock
+    detected`. (SQLite's `BEGIN IMMEDIATE` serialises writers; the order costs it nothing.)
+    """
+    return (
+        select(*columns)
+        .where(one_of(wi.c.operation_key, keys, pg))
+        .order_by(wi.c.operation_key)
+        .with_for_update()
+    )
+
+
 def sqlite_statistics_outgrown(conn: Connection, table: Table) -> bool:
     """Whether SQLite's statistics of `table` are missing or outgrown (as PostgreSQL's are judged).
 

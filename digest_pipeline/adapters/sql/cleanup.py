@@ -11,7 +11,15 @@ from sqlalchemy import (
     select,
 )
 
-from digest_pipeline.adapters.sql.base import KEYS, SqlBase, insert_rows, one_of, update_many, wi
+from digest_pipeline.adapters.sql.base import (
+    KEYS,
+    SqlBase,
+    insert_rows,
+    locked_items,
+    one_of,
+    update_many,
+    wi,
+)
 from digest_pipeline.adapters.sql.schema import (
     cleanups,
     digest_rows,
@@ -66,15 +74,8 @@ class SqlCleaner(SqlBase, Cleaner):
         """
         by_text = {str(k): k for k, _ in items}
         keys = list(by_text)
-        # Locked in key order, whatever the plan: two cleaners of one page, one planned as a scan
-        # of the table and one through the key index, otherwise locked its rows in opposite
-        # orders, and PostgreSQL aborted one with `deadlock detected`.
-        locked = (
-            select(wi.c.operation_key, wi.c.state, wi.c.lease_token)
-            .where(one_of(wi.c.operation_key, keys, self._pg))
-            .order_by(wi.c.operation_key)
-        )
-        current = {k: (state, token) for k, state, token in conn.execute(locked.with_for_update())}
+        locked = locked_items(keys, self._pg, wi.c.operation_key, wi.c.state, wi.c.lease_token)
+        current = {k: (state, token) for k, state, token in conn.execute(locked)}
         cleaned = {k for k, (state, _) in current.items() if state == DeliveryState.CLEANED.value}
         movable = [
             k

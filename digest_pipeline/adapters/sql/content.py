@@ -12,7 +12,15 @@ from sqlalchemy import (
     select,
 )
 
-from digest_pipeline.adapters.sql.base import CHUNK, KEYS, SqlBase, insert_rows, one_of, wi
+from digest_pipeline.adapters.sql.base import (
+    CHUNK,
+    KEYS,
+    SqlBase,
+    insert_rows,
+    locked_items,
+    one_of,
+    wi,
+)
 from digest_pipeline.adapters.sql.schema import (
     digest_rows,
     eligibility_snapshot,
@@ -124,18 +132,12 @@ class SqlContent(SqlBase, ContentStore):
         refused: dict[OperationKey, DeliveryState | None] = {}
         removed = written = 0
         with self._engine.begin() as conn:
-            # In key order, chunk after chunk, as every transaction that locks many items takes
-            # them (cleanup, a wave's transitions): two replacements never wait on each other
-            # in a cycle, whichever plan reads each chunk.
+            # chunks in key order too, so the whole transaction locks in `locked_items`' order
             for chunk in chunked(sorted(wanted), KEYS):
                 # Locked until commit (PostgreSQL; SQLite's BEGIN IMMEDIATE serialises writers),
                 # so no worker claims an item between this read and the rows' replacement.
-                q = (
-                    select(wi.c.operation_key, wi.c.state)
-                    .where(wi.c.operation_key.in_(chunk))
-                    .order_by(wi.c.operation_key)
-                )
-                states: dict[str, str] = {k: s for k, s in conn.execute(q.with_for_update())}
+                q = locked_items(chunk, self._pg, wi.c.operation_key, wi.c.state)
+                states: dict[str, str] = {k: s for k, s in conn.execute(q)}
                 movable = [k for k in chunk if states.get(k) in never_sent]
                 refused.update(
                     (wanted[k], DeliveryState(states[k]) if k in states else None)

@@ -27,7 +27,7 @@ from digest_pipeline.adapters.sql.base import (
     SqlBase,
     audit_row,
     due_clause,
-    one_of,
+    locked_items,
     sqlite_statistics_outgrown,
     update_many,
     wi,
@@ -498,12 +498,7 @@ class SqlWorkQueue(SqlBase, WorkQueue):
         """
         current: dict[str, Any] = {}
         for chunk in chunked(sorted({str(t.key) for t in ts}), KEYS):
-            q = (
-                select(wi.c.operation_key, wi.c.state, wi.c.lease_token)
-                .where(one_of(wi.c.operation_key, chunk, self._pg))
-                .order_by(wi.c.operation_key)
-                .with_for_update()
-            )
+            q = locked_items(chunk, self._pg, wi.c.operation_key, wi.c.state, wi.c.lease_token)
             current.update((r.operation_key, r) for r in conn.execute(q))
         lost: dict[str, DigestError] = {}
         holding: list[Transition] = []
