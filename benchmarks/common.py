@@ -623,6 +623,11 @@ def accounted_cell(verdict: Mapping[str, Any]) -> str:
 VERDICT_COLUMNS = ("accounted", "dup_sends", "checks")
 
 
+def sent_twice(m: Mapping[str, Any]) -> int:
+    """Duplicate sends: the mailer's count, where it has one, plus the ledger's double sends."""
+    return int((m["mailer_dup_sends"] or 0) + m["ledger_double_sends"])
+
+
 def verdicts(m: Mapping[str, Any]) -> dict[str, Any]:
     """A measured run's verdicts as table cells: every item accounted for, duplicate sends (the
     mailer's count, where it has one, plus the ledger's) and the job's checks passed."""
@@ -630,7 +635,7 @@ def verdicts(m: Mapping[str, Any]) -> dict[str, Any]:
     return {
         "accounted": accounted_cell(m),
         # the outbox cannot hold two files of one key, so there the ledger is the only witness
-        "dup_sends": (m["mailer_dup_sends"] or 0) + m["ledger_double_sends"],
+        "dup_sends": sent_twice(m),
         "checks": f"{m['checks_passed']}/{m['checks_total']}"
         + (f" FAILED {','.join(failed)}" if failed else ""),
     }

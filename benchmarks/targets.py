@@ -181,10 +181,11 @@ def large_week(payloads: Payloads) -> Iterator[Verdict]:
 
 
 def _sent_twice(row: Mapping[str, Any]) -> int:
-    # `dup_sends` is already the mailer's count plus the ledger's, where a row has it
+    # a row carries `common.verdicts`' cell, or (Celery's) its two counts, or (the floor's, the
+    # phases') no send that a mailer counted
     if "dup_sends" in row:
         return int(row["dup_sends"] or 0)
-    return int(row.get("mailer_dup_sends") or 0) + int(row.get("ledger_double_sends") or 0)
+    return common.sent_twice(row) if "mailer_dup_sends" in row else 0
 
 
 def nothing_lost_or_doubled(payloads: Payloads) -> Verdict:
