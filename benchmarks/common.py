@@ -283,8 +283,9 @@ def reap_forkserver() -> bool:
 def step_spans(instance: Any, run_id: str) -> tuple[dict[str, float], int, int]:
     """Seconds per asset (first step start to last step end), from the run's event log.
 
-    Checks run between the assets, so they get the sum of their own steps' durations instead
-    (key `checks`). Also returns the number of steps and of delivery batch steps.
+    A step of checks alone (the deliveries') runs between the assets, so such steps get the sum
+    of their own durations instead (key `checks`); the other assets' checks are in their spans.
+    Also returns the number of steps and of delivery batch steps.
     """
     import dagster as dg
 

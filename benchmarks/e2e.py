@@ -181,8 +181,9 @@ def run(opts: Options) -> dict[str, Any]:
         f"DIGEST_DELIVERY_PROCESSES={HELPER_PROCESSES} (stmts and rss_children_mb as for "
         "multiprocess, of its helpers), multiprocess = execute_job with "
         f"{PROCESSES} step processes ({START_METHOD}); cust_per_s = eligible / wall; <asset>_s "
-        "from step events (checks_s: sum of check steps; multiprocess deliveries_s includes its "
-        "batch steps' process start-up); stmts = ledger database only, "
+        "from step events (checks_s: the deliveries' step of checks, the other checks being in "
+        "their assets' steps; multiprocess deliveries_s includes its batch steps' process "
+        "start-up); stmts = ledger database only, "
         "in-process rows only ('-' for multiprocess: the step processes' statements are not "
         "counted); rss_mb = peak RSS of the run's process, rss_children_mb = of the largest "
         "step process",

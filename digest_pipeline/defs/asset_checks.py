@@ -1,8 +1,10 @@
-"""The job's asset checks: one step per checked asset, eleven checks in four steps.
+"""The job's asset checks, by the step that evaluates them: eleven checks in two kinds of step.
 
 Each check is defined beside its kind (the ledger's invariants, the attempt check, the warnings);
-this module only says which step evaluates it. A check's name, severity and blocking flag are
-its own, so the UI, `digest status` and the ledger's report name it the same as before.
+this module only says which step evaluates it. The snapshot's, the content's and the cleanup's
+checks run in their asset's own step (`defs/assets.py`); the deliveries' in one step of their
+own, after the delivery graph. A check's name, severity and blocking flag are its own, so the
+UI, `digest status` and the ledger's report name it the same wherever it runs.
 """
 
 from digest_pipeline.defs.attempt_checks import every_due_item_attempted
@@ -18,10 +20,13 @@ from digest_pipeline.defs.checks import (
 from digest_pipeline.defs.snapshot_checks import no_invalid_recipients
 from digest_pipeline.defs.warning_checks import complaint_rate, dead_letter_volume, stale_items
 
-eligibility_snapshot_checks = check_step(
-    "eligibility_snapshot", [snapshot_unchanged, no_invalid_recipients]
-)
-digest_content_checks = check_step("digest_content", [catalogue_products_valid])
+#: evaluated by `eligibility_snapshot`'s step
+SNAPSHOT_CHECKS = (snapshot_unchanged, no_invalid_recipients)
+#: evaluated by `digest_content`'s step
+CONTENT_CHECKS = (catalogue_products_valid,)
+#: evaluated by `digest_cleanup`'s step
+CLEANUP_CHECKS = (at_most_one_cleanup_per_key,)
+
 digest_deliveries_checks = check_step(
     "digest_deliveries",
     [
@@ -34,4 +39,3 @@ digest_deliveries_checks = check_step(
         complaint_rate,
     ],
 )
-digest_cleanup_checks = check_step("digest_cleanup", [at_most_one_cleanup_per_key])

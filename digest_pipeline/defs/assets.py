@@ -7,6 +7,8 @@ re-materialise; the services are idempotent and the metadata says what a re-run 
 
 import dagster as dg
 
+from digest_pipeline.defs.asset_checks import CLEANUP_CHECKS, CONTENT_CHECKS, SNAPSHOT_CHECKS
+from digest_pipeline.defs.check_step import asset_with_checks
 from digest_pipeline.defs.guards import refuse_missed_week, refused
 from digest_pipeline.defs.partitions import weekly_partitions
 from digest_pipeline.defs.report import period_metadata, seconds
@@ -23,7 +25,7 @@ GROUP = "digest"
 EXCLUDED_SHOWN = 100
 
 
-@dg.asset(group_name=GROUP, partitions_def=weekly_partitions)
+@asset_with_checks(SNAPSHOT_CHECKS, group=GROUP)
 def eligibility_snapshot(
     context: dg.AssetExecutionContext,
     customer_source: dg.ResourceParam[CustomerSource],
@@ -65,7 +67,7 @@ def eligibility_snapshot(
     )
 
 
-@dg.asset(group_name=GROUP, partitions_def=weekly_partitions, deps=[eligibility_snapshot])
+@asset_with_checks(CONTENT_CHECKS, group=GROUP, deps=["eligibility_snapshot"])
 def digest_content(
     context: dg.AssetExecutionContext,
     customer_source: dg.ResourceParam[CustomerSource],
@@ -129,7 +131,7 @@ def digest_work_items(
     )
 
 
-@dg.asset(group_name=GROUP, partitions_def=weekly_partitions, deps=["digest_deliveries"])
+@asset_with_checks(CLEANUP_CHECKS, group=GROUP, deps=["digest_deliveries"])
 def digest_cleanup(
     context: dg.AssetExecutionContext,
     ledger: dg.ResourceParam[Ledger],

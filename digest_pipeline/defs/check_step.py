@@ -1,12 +1,14 @@
-"""One Dagster step evaluates every check of an asset: each check is a spec and a function.
+"""Where a week's asset checks are evaluated: in their asset's own step, or in one step of their own.
 
 A step per check cost each check Dagster's per-step start, events and (under the multiprocess or
-Celery executor) a process, for a query that takes milliseconds; eleven of them were most of a
-small week's fixed cost. Grouped, the UI still shows each check by its own name, severity and
-blocking flag, a failing blocking check still stops its asset's downstream, and a check executed
-alone from the UI runs alone (the step can be subset).
+Celery executor) a process, for a query that takes milliseconds. An asset whose checks can run
+without it evaluates them in its own step (`asset_with_checks`); the delivery graph's run in one
+step beside it (`check_step`), since running one of them alone must not deliver. Either way the
+UI shows each check by its own name, severity and blocking flag, a failing blocking check stops
+its asset's downstream, and a check executed alone from the UI runs alone.
 """
 
+import functools
 import inspect
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -84,15 +86,32 @@ def check(
     return wrap
 
 
-def check_step(asset: str, checks: Sequence[Check]) -> dg.AssetChecksDefinition:
-    """The one step that evaluates `checks` (all of `asset`), blocking ones first.
+def _ordered(asset: str, checks: Sequence[Check]) -> list[Check]:
+    """`checks`, all of `asset`, blocking ones first."""
+    if any(c.asset != asset for c in checks):
+        raise ValueError(f"every check of the {asset} step must be on {asset}")
+    return sorted(checks, key=lambda c: not c.blocking)
+
+
+def _evaluate(
+    context: dg.AssetExecutionContext | dg.AssetCheckExecutionContext, ordered: Sequence[Check]
+) -> Iterator[dg.AssetCheckResult]:
+    """The results of the selected checks among `ordered`, every one of them.
 
     Every selected check is evaluated before Dagster fails the step for a failed blocking one,
     so a red invariant never hides the warnings beside it.
     """
-    if any(c.asset != asset for c in checks):
-        raise ValueError(f"every check of the {asset} step must be on {asset}")
-    ordered = sorted(checks, key=lambda c: not c.blocking)
+    inputs = CheckInputs(Period.parse(context.partition_key), context.resources)
+    selected = context.selected_asset_check_keys
+    for c in ordered:
+        key = dg.AssetCheckKey(dg.AssetKey(c.asset), c.name)
+        if key in selected:
+            yield c.evaluate(inputs)._replace(asset_key=key.asset_key, check_name=c.name)
+
+
+def check_step(asset: str, checks: Sequence[Check]) -> dg.AssetChecksDefinition:
+    """The one step that evaluates `checks` (all of `asset`), blocking ones first."""
+    ordered = _ordered(asset, checks)
 
     @dg.multi_asset_check(
         name=f"{asset}_checks",
@@ -102,11 +121,51 @@ def check_step(asset: str, checks: Sequence[Check]) -> dg.AssetChecksDefinition:
         description=f"The asset checks of `{asset}`, evaluated in one step.",
     )
     def _step(context: dg.AssetCheckExecutionContext) -> Iterator[dg.AssetCheckResult]:
-        inputs = CheckInputs(Period.parse(context.partition_key), context.resources)
-        selected = context.selected_asset_check_keys
-        for c in ordered:
-            key = dg.AssetCheckKey(dg.AssetKey(c.asset), c.name)
-            if key in selected:
-                yield c.evaluate(inputs)._replace(asset_key=key.asset_key, check_name=c.name)
+        yield from _evaluate(context, ordered)
 
     return _step
+
+
+def asset_with_checks(
+    checks: Sequence[Check], *, group: str, deps: Sequence[str] = ()
+) -> Callable[[Callable[..., dg.MaterializeResult[None]]], dg.AssetsDefinition]:
+    """Makes `fn` a weekly asset named after it, whose step then evaluates `checks` on it.
+
+    `fn(context, **resources)` materialises the asset as an `@dg.asset` would; its docstring is
+    the asset's description. The step can be subset: materialising without the checks skips
+    them, and executing a check alone from the UI evaluates it without running `fn`. The checks
+    read only resources `fn` already takes.
+    """
+
+    def wrap(fn: Callable[..., dg.MaterializeResult[None]]) -> dg.AssetsDefinition:
+        name = fn.__name__
+        ordered = _ordered(name, checks)
+        params = set(inspect.signature(fn).parameters) - {"context"}
+        if missing := set().union(*(c.needs for c in ordered)) - params:
+            raise ValueError(f"{name} must take the resources its checks read: {sorted(missing)}")
+
+        # `wraps` keeps `fn`'s signature, from which Dagster binds the resource parameters
+        @functools.wraps(fn)
+        def step(
+            context: dg.AssetExecutionContext, **resources: Any
+        ) -> Iterator[dg.MaterializeResult[None] | dg.AssetCheckResult]:
+            if dg.AssetKey(name) in context.selected_asset_keys:
+                yield fn(context, **resources)
+            yield from _evaluate(context, ordered)
+
+        return dg.multi_asset(
+            name=name,
+            specs=[
+                dg.AssetSpec(
+                    name,
+                    deps=deps,
+                    group_name=group,
+                    partitions_def=weekly_partitions,
+                    description=inspect.cleandoc(fn.__doc__ or ""),
+                )
+            ],
+            check_specs=[c.spec for c in ordered],
+            can_subset=True,
+        )(step)
+
+    return wrap

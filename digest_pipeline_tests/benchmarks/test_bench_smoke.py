@@ -250,8 +250,10 @@ def test_a_postgres_row_counts_what_the_server_ran_and_dagsters_event_rows(tmp_p
     # pg_stat_statements is preloaded by scripts/pg-test-cluster.sh: a count, not a skip
     assert row["server_statements"] >= row["server_transactions"] > 0
     assert row["srv_stmts_per_cust"] > 0
-    # Dagster's events for the steps, and no line per item (about six events a step)
-    assert 0 < row["event_rows"] < 10 * row["steps"]
+    # Dagster's events for the steps (about seven a step) and three for each check (planned,
+    # output, evaluation: a check may share its asset's step), and no line per item
+    assert row["eligible"] > 100
+    assert 0 < row["event_rows"] < 10 * row["steps"] + 3 * row["checks_total"]
 
 
 @pytest.mark.integration

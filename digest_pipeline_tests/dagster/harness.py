@@ -12,12 +12,7 @@ from typing import Any
 import dagster as dg
 
 from digest_pipeline.definitions import defs
-from digest_pipeline.defs.asset_checks import (
-    digest_cleanup_checks,
-    digest_content_checks,
-    digest_deliveries_checks,
-    eligibility_snapshot_checks,
-)
+from digest_pipeline.defs.asset_checks import digest_deliveries_checks
 from digest_pipeline.defs.assets import (
     digest_cleanup,
     digest_content,
@@ -47,15 +42,10 @@ ASSETS = (
     digest_deliveries,
     digest_cleanup,
 )
-#: the job's check steps, one per checked asset
-CHECKS = (
-    eligibility_snapshot_checks,
-    digest_content_checks,
-    digest_deliveries_checks,
-    digest_cleanup_checks,
-)
-#: the checks those steps evaluate
-CHECK_COUNT = sum(len(list(step.check_specs)) for step in CHECKS)
+#: the job's step of checks only (the other assets evaluate their checks in their own steps)
+CHECKS = (digest_deliveries_checks,)
+#: the checks the job evaluates, in its asset steps and its check step
+CHECK_COUNT = sum(len(list(d.check_specs)) for d in (*ASSETS, *CHECKS))
 PRODUCTS = 6
 #: the three assets before delivery, and the two the sweeper re-runs
 BEFORE_DELIVERY = ["eligibility_snapshot", "digest_content", "digest_work_items"]

@@ -20,6 +20,7 @@ from digest_pipeline.services.feedback import record_event
 from digest_pipeline_tests.builders import complete_one, key_of, start_one
 from digest_pipeline_tests.conftest import T0, W42
 from digest_pipeline_tests.dagster.harness import (
+    ASSETS,
     BEFORE_DELIVERY,
     CHECKS,
     DELIVERY_AND_CLEANUP,
@@ -31,7 +32,7 @@ from digest_pipeline_tests.fakes import FakeMailer, FixedClock
 from digest_pipeline_tests.feedback_fakes import FakeFeedbackStore
 
 LEASE = DeliveryPolicy().lease
-CHECK_NAMES = sorted(spec.name for c in CHECKS for spec in c.check_specs)
+CHECK_NAMES = sorted(spec.name for c in (*ASSETS, *CHECKS) for spec in c.check_specs)
 
 
 def assert_failed(
@@ -148,6 +149,39 @@ def test_a_check_selected_alone_is_the_only_one_its_step_evaluates(world_of):
     result = world.materialize(selection=selection | dg.AssetSelection.checks(alone))
 
     assert set(checks(result)) == {"stale_items"}
+
+
+@pytest.mark.parametrize(
+    ("asset", "name"),
+    [
+        ("eligibility_snapshot", "no_invalid_recipients"),
+        ("digest_content", "catalogue_products_valid"),
+        ("digest_cleanup", "at_most_one_cleanup_per_key"),
+    ],
+)
+def test_a_check_of_an_asset_evaluated_in_its_step_runs_alone_without_the_asset(
+    world_of, asset, name
+):
+    # the week delivered but not cleaned: running cleanup's step for its check must clean nothing
+    world = world_of(2)
+    world.materialize(selection=[*BEFORE_DELIVERY, "digest_deliveries"])
+    alone = dg.AssetCheckKey(dg.AssetKey(asset), name)
+    selection = dg.AssetSelection.assets("digest_deliveries").without_checks()
+
+    result = world.materialize(selection=selection | dg.AssetSelection.checks(alone))
+
+    assert set(checks(result)) == {name}
+    assert result.asset_materializations_for_node(asset) == []
+    assert {i.state for i in world.ledger.items(W42)} == {DeliveryState.SENT}
+
+
+def test_an_asset_materialised_without_its_checks_evaluates_none(world_of):
+    world = world_of(2)
+
+    result = world.materialize(selection=dg.AssetSelection.all().without_checks())
+
+    assert checks(result) == {}
+    assert {i.state for i in world.ledger.items(W42)} == {DeliveryState.CLEANED}
 
 
 def test_no_silent_timeout_fails_when_an_unknown_send_was_requeued_without_evidence(world_of):

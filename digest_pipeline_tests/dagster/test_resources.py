@@ -23,12 +23,12 @@ def test_delivery_settings_have_working_defaults():
     s = DeliveryResource().settings()
 
     # the embedded outbox's concurrency (settings.DEFAULT_CONCURRENCY)
-    assert (s.batch_size, s.concurrency, s.cleanup_mode) == (10_000, 256, CleanupMode.ARCHIVE)
+    assert (s.batch_size, s.concurrency, s.cleanup_mode) == (25_000, 256, CleanupMode.ARCHIVE)
     assert (s.stale_after_seconds, s.dead_letter_rate_threshold) == (6 * 3600, 0.05)
 
 
 def test_a_step_claims_a_few_waves_at_a_time_never_more_than_its_batch(monkeypatch):
-    # a step works through 10,000 items but leases 8 x 256 (the outbox's concurrency) at a
+    # a step works through 25,000 items but leases 8 x 256 (the outbox's concurrency) at a
     # time, so no lease outlives its wait behind a slow provider
     assert DeliveryResource().settings().claim_size == 2048
     monkeypatch.setenv("DIGEST_BATCH_SIZE", "7")
