@@ -1,4 +1,4 @@
-"""Where a week's asset checks are evaluated: in their asset's own step, or in one step of their own.
+"""Where a week's asset checks run: in their asset's own step, or in one step of their own.
 
 A step per check cost each check Dagster's per-step start, events and (under the multiprocess or
 Celery executor) a process, for a query that takes milliseconds. An asset whose checks can run
