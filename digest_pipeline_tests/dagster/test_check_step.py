@@ -1,4 +1,4 @@
-"""The two ways of placing a week's checks refuse, when the definitions load, a check they cannot run."""
+"""Both ways of placing a week's checks refuse, as the definitions load, a check they cannot run."""
 
 import dagster as dg
 import pytest
