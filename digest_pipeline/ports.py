@@ -20,6 +20,7 @@ from digest_pipeline.domain.feedback import (
     FeedbackCounts,
     Suppression,
 )
+from digest_pipeline.domain.fingerprints import FingerprintRecord
 from digest_pipeline.domain.model import (
     Attempt,
     AttemptTicket,
@@ -130,6 +131,16 @@ class Mailer(ABC):
     def recipe(self) -> "Callable[[], Mailer] | None":
         """How a forked helper opens an equal mailer (a zero-argument call); None: it cannot."""
         return None
+
+    @property
+    def identity(self) -> str:
+        """Its kind and a non-secret digest of its endpoint (`domain.mailer_identity`).
+
+        Each attempt records it; a lookup or an idempotent resend counts as evidence only for
+        the attempts this identity made. The real mailers name their endpoint; this default,
+        the class's name, serves a mailer that only one process can reach (a test's).
+        """
+        return type(self).__name__
 
 
 class Composer(ABC):
@@ -259,12 +270,15 @@ class WorkQueue(ABC):
     # per item. Only the batch forms are the port's; the tests' builders wrap them for one item.
     @abstractmethod
     def start_attempts(
-        self, claims: Sequence[Claim], now: datetime
+        self, claims: Sequence[Claim], now: datetime, *, mailer: str
     ) -> list[AttemptTicket | DigestError]:
-        """Records each claim's attempt as started, before the mailer is called, in order.
+        """Records each claim's attempt as started through `mailer`, before it is called, in order.
 
-        The lease must be live: a claim that cannot start gets its error (LostRace,
-        UnknownWorkItem) instead of a ticket.
+        `mailer` is the sending mailer's identity (`Mailer.identity`), kept on the attempt so
+        that evidence about it comes only from that mailer. The lease must be live and the
+        customer not suppressed: in the same transaction, a claim whose customer is on the
+        suppression list ends `suppressed` without an attempt. A claim that cannot start gets
+        its error (LostRace, UnknownWorkItem) instead of a ticket.
         """
 
     @abstractmethod
@@ -282,15 +296,17 @@ class WorkQueue(ABC):
         results: Sequence[tuple[AttemptTicket, SendOutcome, Transition]],
         claims: Sequence[Claim],
         now: datetime,
+        *,
+        mailer: str,
     ) -> tuple[list[DigestError | None], list[AttemptTicket | DigestError]]:
-        """`complete_many(results)`, then `start_attempts(claims, now)`, as one step.
+        """`complete_many(results)`, then `start_attempts(claims, now, mailer=…)`, as one step.
 
         A worker records the waves that finished and starts the next ones with it.
         A database ledger does both in one transaction (one commit a wave, not two); the
         attempts it closes are closed before the ones it starts are opened, so a worker's open
         attempts never add up to more than the two calls would hold.
         """
-        return self.complete_many(results), self.start_attempts(claims, now)
+        return self.complete_many(results), self.start_attempts(claims, now, mailer=mailer)
 
     @abstractmethod
     def apply(self, transition: Transition) -> None:
@@ -424,6 +440,37 @@ class AuditTrail(ABC):
         """Appends one audit row."""
 
 
+class SecretFingerprints(ABC):
+    """The fingerprints of the secrets that signed what customers hold (design §8), per purpose.
+
+    One record per purpose (domain/fingerprints.py). It is made once, by the first process
+    that signs or checks links, and changed only by an audited rotation, as a compare-and-set.
+    """
+
+    @abstractmethod
+    def fingerprint_record(self, purpose: str) -> FingerprintRecord | None:
+        """The purpose's record, or None before any process used a secret for it."""
+
+    @abstractmethod
+    def record_first_fingerprint(
+        self, purpose: str, fingerprint: str, at: datetime
+    ) -> FingerprintRecord:
+        """The purpose's record, made with `fingerprint` as current if there is none yet.
+
+        Concurrent first uses agree: one of them records, and all get that record back.
+        """
+
+    @abstractmethod
+    def rotate_fingerprint(
+        self, after: FingerprintRecord, expected: str | None, audit: AuditEntry
+    ) -> bool:
+        """Replaces the purpose's record by `after` and appends `audit`, in one transaction.
+
+        Only while the current fingerprint is still `expected` (None: no record yet); False,
+        with nothing written, when another process got there first.
+        """
+
+
 class SuppressionList(ABC):
     """The customers who get no more digests (issue 16): one row per customer id, no address."""
 
@@ -462,6 +509,11 @@ class Ledger(
     #: gains by overlapping its own Python with a call on another thread. SQLite's work is
     #: this process's own CPU: overlapping it only adds lock waits (measured, README).
     out_of_process: bool = False
+
+    @property
+    @abstractmethod
+    def secret_fingerprints(self) -> SecretFingerprints:
+        """The fingerprints of the signing secrets, kept in this same ledger."""
 
     def recipe(self) -> "Callable[[], Ledger] | None":
         """How a forked helper opens this same ledger (a zero-argument call); None: it cannot.

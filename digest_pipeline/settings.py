@@ -20,6 +20,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
 from digest_pipeline.domain.breaker import DEFAULT_THRESHOLD
+from digest_pipeline.domain.durability import ALLOW_VARIABLE
 from digest_pipeline.domain.errors import DigestError, InvalidPolicy
 from digest_pipeline.domain.model import CleanupMode
 from digest_pipeline.domain.policy import DeliveryPolicy
@@ -67,6 +68,9 @@ SECONDS_RANGES: dict[str, tuple[float, float]] = {
     "DIGEST_PROVIDER_IDEMPOTENCY_WINDOW_SECONDS": (1.0, 30 * _DAY),
     # a signed webhook older (or newer) than this is refused; an hour covers any clock skew
     "DIGEST_WEBHOOK_TOLERANCE_SECONDS": (1.0, 3_600.0),
+    "DIGEST_SERVE_HEADER_TIMEOUT_SECONDS": (0.1, 3_600.0),
+    "DIGEST_SERVE_BODY_TIMEOUT_SECONDS": (0.1, 3_600.0),
+    "DIGEST_SERVE_KEEP_ALIVE_SECONDS": (0.1, 3_600.0),
 }
 #: (least, most) each whole-number setting accepts
 INT_RANGES: dict[str, tuple[int, int]] = {
@@ -79,6 +83,7 @@ INT_RANGES: dict[str, tuple[int, int]] = {
     "DIGEST_BREAKER_THRESHOLD": (0, 1_000_000),
     # processes delivering one batch step's items (services/helpers.py): one per core at most
     "DIGEST_DELIVERY_PROCESSES": (1, 64),
+    "DIGEST_SERVE_MAX_CONNECTIONS": (1, 100_000),
 }
 
 
@@ -87,6 +92,8 @@ class InvalidSetting(DigestError, ValueError):
 
 
 SMTP_SECURITY = ("none", "starttls", "tls")
+#: what an on/off setting accepts
+_YES, _NO = ("1", "true", "yes"), ("0", "false", "no")
 
 
 @dataclass(frozen=True)
@@ -128,6 +135,18 @@ DEFAULT_UNSUBSCRIBE_URL = (
 
 
 @dataclass(frozen=True)
+class ServeLimits:
+    """`DIGEST_SERVE_*`: `digest serve`'s deadlines on one connection, and its cap (serve/guard.py)."""
+
+    header_timeout: timedelta = timedelta(seconds=10)
+    #: a total from the end of the head, so a body trickled a byte at a time is cut too
+    body_timeout: timedelta = timedelta(seconds=10)
+    keep_alive: timedelta = timedelta(seconds=10)
+    #: below Linux's default 1,024 open files, so the cap refuses before descriptors run out
+    max_connections: int = 512
+
+
+@dataclass(frozen=True)
 class Settings:
     database_url: str
     mailer: str
@@ -140,6 +159,9 @@ class Settings:
     #: `{customer_id}` and `{token}` are filled in per customer (RFC 8058 one-click link)
     unsubscribe_url: str
     unsubscribe_secret: str = field(repr=False)
+    #: the secret a rotation replaced, which `digest serve` accepts during the overlap the ledger
+    #: records (`DIGEST_UNSUBSCRIBE_SECRET_PREVIOUS`; services/link_secrets.py)
+    unsubscribe_secret_previous: str | None = field(default=None, repr=False)
     smtp: SmtpSettings | None = None
     provider: ProviderSettings | None = None
     #: who may resolve and replay (`DIGEST_OPERATORS`, comma-separated); empty: anyone
@@ -152,6 +174,9 @@ class Settings:
     webhook_tolerance: timedelta = DEFAULT_TOLERANCE
     #: processes that deliver one batch step's items (`DIGEST_DELIVERY_PROCESSES`)
     delivery_processes: int = 1
+    serve_limits: ServeLimits = field(default_factory=ServeLimits)
+    #: deliver on a PostgreSQL that can lose commits (`DIGEST_ALLOW_NONDURABLE_LEDGER`; unsafe)
+    allow_nondurable_ledger: bool = False
 
     def webhook_keys(self) -> dict[str, tuple[bytes, ...]]:
         """Each configured provider's signing keys (two during a rotation)."""
@@ -286,6 +311,14 @@ def _database_url(env: Mapping[str, str], default: str) -> str:
     return raw
 
 
+def _flag(raw: str) -> bool:
+    """`1`/`true`/`yes` or `0`/`false`/`no`, in any case; anything else is refused."""
+    value = raw.lower()
+    if value not in (*_YES, *_NO):
+        raise ValueError(f"must be one of {', '.join((*_YES, *_NO))}")
+    return value in _YES
+
+
 def _choice(options: tuple[str, ...]) -> Callable[[str], str]:
     def parse(raw: str) -> str:
         if raw not in options:
@@ -342,6 +375,7 @@ def load_settings(env: Mapping[str, str], root: Path) -> Settings:
     """Reads every `DIGEST_*` setting, with the embedded defaults for anything unset."""
     base = RetryPolicy()
     defaults = DeliveryPolicy()
+    serve = ServeLimits()
 
     def duration(name: str, default: timedelta) -> timedelta:
         return _duration(env, name, default)
@@ -383,6 +417,7 @@ def load_settings(env: Mapping[str, str], root: Path) -> Settings:
         # The demo default is public: `digest run` and `digest serve` refuse it outside the demo
         # (domain/unsubscribe.py), or anyone could forge every customer's link.
         unsubscribe_secret=_read(env, "DIGEST_UNSUBSCRIBE_SECRET", DEMO_UNSUBSCRIBE_SECRET, str),
+        unsubscribe_secret_previous=_read(env, "DIGEST_UNSUBSCRIBE_SECRET_PREVIOUS", None, str),
         smtp=_smtp(env, required=mailer == "smtp"),
         provider=_provider(env, required=mailer == "http"),
         operators=frozenset(
@@ -392,6 +427,14 @@ def load_settings(env: Mapping[str, str], root: Path) -> Settings:
         webhook_secrets=_webhook_secrets(env),
         webhook_tolerance=duration("DIGEST_WEBHOOK_TOLERANCE_SECONDS", DEFAULT_TOLERANCE),
         delivery_processes=whole("DIGEST_DELIVERY_PROCESSES", 1),
+        serve_limits=ServeLimits(
+            duration("DIGEST_SERVE_HEADER_TIMEOUT_SECONDS", serve.header_timeout),
+            duration("DIGEST_SERVE_BODY_TIMEOUT_SECONDS", serve.body_timeout),
+            duration("DIGEST_SERVE_KEEP_ALIVE_SECONDS", serve.keep_alive),
+            whole("DIGEST_SERVE_MAX_CONNECTIONS", serve.max_connections),
+        ),
+        # only a throwaway ledger may say so: it lets a crash send digests twice (design §8)
+        allow_nondurable_ledger=_read(env, ALLOW_VARIABLE, False, _flag),
     )
 
 

@@ -119,9 +119,15 @@ def state_of(ledger: Ledger, key: OperationKey) -> DeliveryState:
 
 # One-item forms of the ledger's batch operations: the port has only the batch forms (a worker
 # moves a wave at a time); a test that moves one item says so through these.
-def start_one(ledger: WorkQueue, claim: Claim, now: datetime) -> AttemptTicket:
+#: the mailer identity a test's attempts are recorded under unless it names another
+TEST_MAILER = "FakeMailer"
+
+
+def start_one(
+    ledger: WorkQueue, claim: Claim, now: datetime, mailer: str = TEST_MAILER
+) -> AttemptTicket:
     """Starts one attempt; raises the error (LostRace, UnknownWorkItem) the batch returned."""
-    [started] = ledger.start_attempts([claim], now)
+    [started] = ledger.start_attempts([claim], now, mailer=mailer)
     if isinstance(started, DigestError):
         raise started
     return started

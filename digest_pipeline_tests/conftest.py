@@ -21,9 +21,11 @@ from sqlalchemy import Engine, text
 from digest_pipeline.adapters.sql.engine import create_ledger_engine, migrate
 from digest_pipeline.adapters.sql.ledger import SqlLedger
 from digest_pipeline.adapters.sql.schema import metadata
+from digest_pipeline.domain.durability import ALLOW_VARIABLE
 from digest_pipeline.ports import Ledger
 from digest_pipeline.rigs.seeding import T0 as T0
 from digest_pipeline.rigs.seeding import W42 as W42
+from digest_pipeline.rigs.servers.pg_cluster import throwaway_allowance as throwaway_allowance
 from digest_pipeline_tests.fakes import FakeLedger, FakeMailer, FixedClock
 
 BACKENDS = ["fake", "sqlite", pytest.param("postgres", marks=pytest.mark.integration)]
@@ -99,10 +101,22 @@ def pytest_configure(config: pytest.Config) -> None:
     tempfile.tempdir = None  # gettempdir() caches its answer: look again, now with TMPDIR
 
 
+#: what scripts/pg-test-cluster.sh says of its cluster (fsync off): kept, like the servers' URLs
+KEPT_SETTINGS = frozenset({ALLOW_VARIABLE})
+
+
 def drop_digest_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Removes every `DIGEST_*` setting but the test servers' `DIGEST_TEST_*` URLs."""
+    """Removes every `DIGEST_*` setting but the test servers' `DIGEST_TEST_*` URLs.
+
+    The throwaway cluster's `DIGEST_ALLOW_NONDURABLE_LEDGER` stays too: without it every
+    delivery on that cluster is refused. A test of the refusal removes it itself.
+    """
     for name in list(os.environ):
-        if name.startswith("DIGEST_") and not name.startswith("DIGEST_TEST_"):
+        if (
+            name.startswith("DIGEST_")
+            and not name.startswith("DIGEST_TEST_")
+            and name not in KEPT_SETTINGS
+        ):
             monkeypatch.delenv(name)
 
 

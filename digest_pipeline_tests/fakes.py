@@ -28,6 +28,7 @@ from digest_pipeline.domain import transitions
 from digest_pipeline.domain.catalogue import Order, Product
 from digest_pipeline.domain.errors import (
     DigestError,
+    LostRace,
     RenderError,
     SnapshotMissing,
     UnknownWorkItem,
@@ -43,6 +44,7 @@ from digest_pipeline.domain.feedback import (
     unsubscribe_window,
     unsuppression_audit,
 )
+from digest_pipeline.domain.fingerprints import FingerprintRecord
 from digest_pipeline.domain.model import (
     Attempt,
     AttemptTicket,
@@ -73,13 +75,21 @@ from digest_pipeline.domain.periods import OperationKey, Period
 from digest_pipeline.domain.possible_sends import possible_send_count
 from digest_pipeline.domain.regeneration import REGENERABLE, RowReplacement
 from digest_pipeline.domain.states import (
-    CLAIMABLE,
     TERMINAL,
     DeliveryState,
     check_transition,
 )
 from digest_pipeline.domain.transitions import is_due
-from digest_pipeline.ports import Clock, Composer, CustomerSource, FeedbackStore, Ledger, Mailer
+from digest_pipeline.ports import (
+    AuditTrail,
+    Clock,
+    Composer,
+    CustomerSource,
+    FeedbackStore,
+    Ledger,
+    Mailer,
+    SecretFingerprints,
+)
 
 _SAMPLE_SIZE = 10
 _RECONCILING_ACTIONS = frozenset({"reconcile", "resolve"})
@@ -422,6 +432,38 @@ class ArchivedRow:
     archived_at: datetime
 
 
+class FakeSecretFingerprints(SecretFingerprints):
+    """The fingerprint records in memory; a rotation's audit row goes to `audit` under the lock."""
+
+    def __init__(self, audit: AuditTrail) -> None:
+        self._lock = threading.Lock()
+        self._audit = audit
+        self._records: dict[str, FingerprintRecord] = {}
+
+    def fingerprint_record(self, purpose: str) -> FingerprintRecord | None:
+        with self._lock:
+            return self._records.get(purpose)
+
+    def record_first_fingerprint(
+        self, purpose: str, fingerprint: str, at: datetime
+    ) -> FingerprintRecord:
+        with self._lock:
+            return self._records.setdefault(purpose, FingerprintRecord(purpose, fingerprint, at))
+
+    def rotate_fingerprint(
+        self, after: FingerprintRecord, expected: str | None, audit: AuditEntry
+    ) -> bool:
+        with self._lock:
+            found = self._records.get(after.purpose)
+            if (found is None) != (expected is None):
+                return False
+            if found is not None and found.current != expected:
+                return False
+            self._audit.record_audit(audit)
+            self._records[after.purpose] = after
+            return True
+
+
 def _result(name: str, offending: Iterable[str]) -> InvariantResult:
     keys = sorted(set(offending))
     return InvariantResult(name, not keys, len(keys), tuple(keys[:_SAMPLE_SIZE]))
@@ -454,6 +496,7 @@ class FakeLedger(Ledger):
         #: as a database server's ledger: its calls are safe from any thread (the lock above),
         #: so the services' overlapped paths (a ledger thread, cleanup pages in flight) run here
         self.out_of_process = True
+        self._fingerprints = FakeSecretFingerprints(self)
 
     # -- eligibility -----------------------------------------------------------------------
     def freeze_snapshot(
@@ -552,19 +595,26 @@ class FakeLedger(Ledger):
             return claims
 
     def start_attempts(
-        self, claims: Sequence[Claim], now: datetime
+        self, claims: Sequence[Claim], now: datetime, *, mailer: str
     ) -> list[AttemptTicket | DigestError]:
         started: list[AttemptTicket | DigestError] = []
         with self._lock:
             for claim in claims:
                 try:
-                    started.append(self._start_locked(claim, now))
+                    started.append(self._start_locked(claim, now, mailer))
                 except DigestError as e:
                     started.append(e)
         return started
 
-    def _start_locked(self, claim: Claim, now: datetime) -> AttemptTicket:
-        started = transitions.attempt_started(claim, self._require_locked(claim.key), now)
+    def _start_locked(self, claim: Claim, now: datetime, mailer: str) -> AttemptTicket:
+        current = self._require_locked(claim.key)
+        found = self._suppressions.get(claim.key.customer_id)
+        if found is not None and current.state is DeliveryState.CLAIMED:
+            if current.lease_token == claim.token:
+                cancel = transitions.cancelled_by_suppression(current, now, found.reason.value)
+                self._apply_locked(cancel)
+            raise LostRace(f"{claim.key}: its customer is suppressed; no attempt started")
+        started = transitions.attempt_started(claim, current, now)
         self._attempt_seq += 1
         attempt = Attempt(
             attempt_id=self._attempt_seq,
@@ -578,6 +628,7 @@ class FakeLedger(Ledger):
             detail=None,
             provider_message_id=None,
             duplicate=False,
+            mailer=mailer,
         )
         self._attempts[attempt.attempt_id] = attempt
         self._items[started.key] = started
@@ -702,19 +753,28 @@ class FakeLedger(Ledger):
         cancelled: list[OperationKey] = []
         for item in list(self._items.values()):
             found = self._suppressions.get(item.key.customer_id)
-            if found is None or item.state not in CLAIMABLE:
+            if found is None or period not in (None, item.key.period):
                 continue
-            if period not in (None, item.key.period) or customer_id not in (
-                None,
-                found.customer_id,
+            # one customer's suppression also ends their claims whose attempt has not started;
+            # a period's sweep leaves claims to the start of their attempt, which checks again
+            started = customer_id is None or any(
+                a.key == item.key and a.token == item.lease_token for a in self._attempts.values()
+            )
+            if customer_id not in (None, found.customer_id) or not transitions.suppressible(
+                item, started
             ):
                 continue
-            self._apply_locked(transitions.cancelled_by_suppression(item, now, found.reason.value))
+            reason = found.reason.value
+            self._apply_locked(transitions.cancelled_by_suppression(item, now, reason, started))
             cancelled.append(item.key)
         return sorted(cancelled, key=str)
 
     def holds_demo_data(self) -> bool:
         return self.demo_data
+
+    @property
+    def secret_fingerprints(self) -> SecretFingerprints:
+        return self._fingerprints
 
     # -- the suppression list --------------------------------------------------------------
     def suppressed_ids(self) -> frozenset[str]:
@@ -1094,6 +1154,10 @@ class WrappingMailer(Mailer):
     @property
     def capabilities(self) -> MailerCapabilities:
         return self._inner.capabilities
+
+    @property
+    def identity(self) -> str:
+        return self._inner.identity
 
     def lookup(self, idempotency_key: str) -> LookupResult:
         return self._inner.lookup(idempotency_key)

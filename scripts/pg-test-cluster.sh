@@ -10,6 +10,12 @@
 #   DIGEST_TEST_DATABASE_URL=postgresql+psycopg://postgres@127.0.0.1:PORT/digest_test
 #   DAGSTER_TEST_PG_URL=postgresql+psycopg2://postgres@127.0.0.1:PORT/dagster_test
 #   DIGEST_TEST_PG_PORT=PORT
+#   DIGEST_ALLOW_NONDURABLE_LEDGER=1
+#
+# The last one is the unsafe allowance: with fsync and synchronous_commit off, a crash of this
+# cluster can lose commits, so `digest run`/`sweep`/`serve` and the Dagster delivery steps refuse
+# it without that setting. The crash test that must see every commit survive starts a durable
+# cluster of its own (digest_pipeline_tests/integration/test_durable_crash.py).
 #
 # runs CMD, then stops the cluster and removes the temp dir, and exits with CMD's exit code.
 # When run as root (as CI is), initdb/pg_ctl run as the `postgres` user, since initdb refuses
@@ -32,9 +38,9 @@ usage() {
     cat >&2 <<'EOF'
 Usage: scripts/pg-test-cluster.sh -- CMD [ARGS...]
 
-Starts a throwaway PostgreSQL cluster on 127.0.0.1, exports DIGEST_TEST_DATABASE_URL,
-DAGSTER_TEST_PG_URL and DIGEST_TEST_PG_PORT, runs CMD, stops the cluster and exits
-with CMD's exit code.
+Starts a throwaway PostgreSQL cluster on 127.0.0.1 (fsync off), exports DIGEST_TEST_DATABASE_URL,
+DAGSTER_TEST_PG_URL, DIGEST_TEST_PG_PORT and DIGEST_ALLOW_NONDURABLE_LEDGER=1, runs CMD,
+stops the cluster and exits with CMD's exit code.
 EOF
 }
 
@@ -243,6 +249,8 @@ done
 export DIGEST_TEST_PG_PORT="$PORT"
 export DIGEST_TEST_DATABASE_URL="postgresql+psycopg://postgres@127.0.0.1:$PORT/digest_test"
 export DAGSTER_TEST_PG_URL="postgresql+psycopg2://postgres@127.0.0.1:$PORT/dagster_test"
+# fsync is off for speed, so the ledger on this cluster is a throwaway by declaration
+export DIGEST_ALLOW_NONDURABLE_LEDGER=1
 log "PostgreSQL $PG_VERSION on 127.0.0.1:$PORT (data in $PGTMP)"
 
 # --- run the command ------------------------------------------------------------------------

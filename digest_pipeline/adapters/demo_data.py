@@ -3,7 +3,8 @@
 Everything follows from `seed` and `now`, and rows are inserted with `ON CONFLICT DO NOTHING`, so
 seeding again with the same arguments changes nothing. Every address uses a reserved domain
 (RFC 2606); a few are deliberately malformed so the permanent failure path shows. The ledger is
-marked as holding demo data (`demo_marker`), which alone lets the public demo secret be used.
+marked as holding demo data (`demo_marker`), which alone lets the public demo secret be used; a
+ledger with a shop's data or work and no such mark is refused, with nothing written.
 """
 
 import random
@@ -16,7 +17,7 @@ from typing import Any
 from sqlalchemy import Connection, Engine, Table
 from sqlalchemy.dialects import postgresql, sqlite
 
-from digest_pipeline.adapters.sql.demo_marker import mark_demo_data
+from digest_pipeline.adapters.sql.demo_marker import mark_demo_data, require_demo_or_empty
 from digest_pipeline.adapters.sql.engine import migrate
 from digest_pipeline.adapters.sql.schema import customers as customers_table
 from digest_pipeline.adapters.sql.schema import orders as orders_table
@@ -298,6 +299,9 @@ def seed_demo(engine: Engine, *, customers: int, seed: int, now: datetime) -> Se
         seed: the random seed; the same seed and `now` give the same rows.
         now: the moment the data is "as of": orders fall in the 12 weeks before it, and a few
             products are new in the complete week before the one that contains it.
+
+    Raises:
+        RealLedgerRefused: the ledger holds a shop's data or work and no demo mark.
     """
     if customers < 0:
         raise ValueError(f"customers must not be negative, got {customers}")
@@ -311,6 +315,8 @@ def seed_demo(engine: Engine, *, customers: int, seed: int, now: datetime) -> Se
     tally = _Counts()
     generated = _customers(rng, customers, now, catalogue, tally)
     with engine.begin() as conn:
+        # a real shop's ledger is refused before anything is written (RealLedgerRefused)
+        require_demo_or_empty(conn)
         mark_demo_data(conn, now)
         _insert_ignoring_existing(conn, products_table, [p.row for p in catalogue])
         while batch := list(islice(generated, CHUNK)):

@@ -26,6 +26,7 @@ from digest_pipeline.cli import (
     regenerate,
     replay,
     resolve,
+    rotate_secret,
     run,
     seed,
     serve,
@@ -77,6 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
         sweep,
         audit,
         suppress,
+        rotate_secret,
         serve,
         simulate,
     ):

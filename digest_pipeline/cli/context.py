@@ -97,6 +97,17 @@ class Context:
     _settings: Settings | None = None
     _engine: Engine | None = None
     _mailer: Mailer | None = None
+    _now: datetime | None = None
+
+    def now(self) -> datetime:
+        """The command's instant: the clock read once, on first use, then the same answer.
+
+        `latest` and the delivery-window check both ask it, so a command that runs across
+        midnight (or any period boundary) still acts on one period, checked at one time.
+        """
+        if self._now is None:
+            self._now = self.clock.now()
+        return self._now
 
     @property
     def settings(self) -> Settings:
@@ -156,8 +167,8 @@ class Context:
 
 
 def latest_complete_period(ctx: Context) -> Period:
-    """The week that has ended most recently: the one the weekly schedule runs now."""
-    return Period.of((ctx.clock.now() - timedelta(days=7)).date())
+    """The week that has ended most recently at the command's instant (`Context.now`)."""
+    return Period.of((ctx.now() - timedelta(days=7)).date())
 
 
 def add_period_argument(parser: argparse.ArgumentParser) -> None:

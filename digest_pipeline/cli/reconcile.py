@@ -39,9 +39,20 @@ def as_json(report: ReconcileReport) -> dict[str, object]:
         "moved": dict(sorted(report.moved.items())),
         "evidence": dict(sorted(report.evidence.items())),
         "still_unknown": report.still_unknown,
+        "needs_mailer": dict(sorted(report.needs_mailer.items())),
         "lost_races": report.lost_races,
         "changes": [{"key": str(k), "state": s, "evidence": e} for k, s, e in report.changes],
     }
+
+
+def needs_mailer_lines(period: object, report: ReconcileReport, mailer: str) -> list[str]:
+    """One line per mailer the period's left-alone items need (here and in `digest sweep`)."""
+    return [
+        f"period {period}: {n} unknown item(s) left alone: an attempt that may have delivered "
+        f"was made through mailer {needed}, not this one ({mailer}); reconcile with that mailer, "
+        "or digest resolve --key K --as sent|not-sent --reason TEXT"
+        for needed, n in sorted(report.needs_mailer.items())
+    ]
 
 
 def run_reconcile(ctx: Context, args: argparse.Namespace) -> int:
@@ -50,10 +61,19 @@ def run_reconcile(ctx: Context, args: argparse.Namespace) -> int:
     settings = ctx.settings
     report = reconcile_period(ctx.ledger, ctx.mailer, ctx.clock, settings.policy, period)
     if args.json:
-        emit_json(ctx, {"period": str(period), "mailer": settings.mailer, **as_json(report)})
+        emit_json(
+            ctx,
+            {
+                "period": str(period),
+                "mailer": settings.mailer,
+                "mailer_identity": ctx.mailer.identity,
+                **as_json(report),
+            },
+        )
         return EXIT_OK
     ctx.write(
-        f"period {period}: {report.examined} unknown items examined (mailer {settings.mailer})"
+        f"period {period}: {report.examined} unknown items examined "
+        f"(mailer {settings.mailer}, {ctx.mailer.identity})"
     )
     ctx.write()
     if report.changes:
@@ -62,7 +82,10 @@ def run_reconcile(ctx: Context, args: argparse.Namespace) -> int:
     counts = [(f"moved to {s}", n) for s, n in sorted(report.moved.items())]
     counts += [("still unknown", report.still_unknown), ("lost races", report.lost_races)]
     table(ctx, counts, ("result", "items"))
-    if report.still_unknown:
+    for line in needs_mailer_lines(period, report, ctx.mailer.identity):
+        ctx.write()
+        ctx.write(line)
+    if report.still_unknown > sum(report.needs_mailer.values()):
         ctx.write()
         ctx.write(
             f"{report.still_unknown} items have no evidence either way: check the provider, then "

@@ -26,6 +26,7 @@ from digest_pipeline.cli.context import (
     require_reason,
     table,
 )
+from digest_pipeline.cli.files import read_input
 from digest_pipeline.domain.errors import InvalidOperationKey, PossibleDuplicateRefused
 from digest_pipeline.domain.periods import OperationKey
 from digest_pipeline.services.replay import (
@@ -79,12 +80,8 @@ def register(sub: Any) -> None:
 
 
 def read_keys_file(path: Path) -> list[OperationKey]:
-    """The keys of a keys file; an unreadable file or a malformed line is a one-line error."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        why = e.strerror if isinstance(e, OSError) and e.strerror else "not UTF-8 text"
-        raise UsageError(f"--keys-file {path}: cannot read it: {why}") from e
+    """The keys of a keys file; an unreadable or oversized file or a bad line is one line."""
+    text = read_input(path, "--keys-file")
     keys = []
     for number, line in enumerate(text.splitlines(), start=1):
         entry = line.split("#", 1)[0].strip()  # keys never hold '#'

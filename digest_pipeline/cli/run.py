@@ -4,6 +4,8 @@ It runs the same job, resources, checks and executor the schedule runs: `weekly_
 code location of `workspace.yaml` defines it, against the project's Dagster instance, so the run is
 listed under that job in the UI with the location's job snapshot (`cli/workspace_job.py`). A
 progress line is drawn from the ledger while it runs, and a summary table is printed at the end.
+`--period latest` is resolved once, at the command's instant, and the period's delivery window is
+checked at that same instant before anything is recorded.
 """
 
 import argparse
@@ -22,6 +24,8 @@ from digest_pipeline.cli.context import (
     require_reason,
     table,
 )
+from digest_pipeline.cli.durability import require_durable_ledger
+from digest_pipeline.cli.files import read_input
 from digest_pipeline.cli.secrets import require_private_secret
 from digest_pipeline.domain.periods import Period
 from digest_pipeline.domain.states import CLAIMABLE, DeliveryState
@@ -57,19 +61,31 @@ def register(sub: Any) -> None:
     p.set_defaults(handler=run_period)
 
 
-def _open_window(ctx: Context, period: Period, args: argparse.Namespace) -> None:
-    """Refuses a missed week (exit 2, nothing recorded), or records the operator's late grant."""
-    policy, now = ctx.settings.policy, ctx.clock.now()
+def _check_window(ctx: Context, period: Period, args: argparse.Namespace) -> str | None:
+    """Refuses a missed week or a needless grant (exit 2); returns a late grant's operator.
+
+    It only reads, and runs before anything of the command is recorded (a secret's first
+    fingerprint, a grant, the snapshot), so its refusal's line is true as it stands. It asks
+    at `ctx.now()`, the instant `latest` was resolved at: the period and its window check never
+    straddle midnight.
+    """
+    policy, now = ctx.settings.policy, ctx.now()
     if not args.deliver_late:
         if args.reason is not None:
             raise UsageError("--reason is only used with --deliver-late")
         late.require_deliverable(ctx.ledger, policy, period, now)
-        return
+        return None
     if not (args.reason or "").strip():
         raise UsageError("--deliver-late needs --reason TEXT")
-    operator = require_operator(ctx, args.operator)
+    if (why := late.grant_refusal(policy, period, now)) is not None:
+        raise UsageError(why)
+    return require_operator(ctx, args.operator)
+
+
+def _grant_late(ctx: Context, period: Period, operator: str, reason: str) -> None:
+    """Records the operator's late grant, from the command's instant."""
     closes = late.grant_late_delivery(
-        ctx.ledger, policy, period, now, operator, require_reason(args.reason)
+        ctx.ledger, ctx.settings.policy, period, ctx.now(), operator, require_reason(reason)
     )
     ctx.err.write(
         f"period {period}: late delivery granted by {operator} until {closes:%Y-%m-%d %H:%M} UTC\n"
@@ -134,12 +150,19 @@ def run_period(ctx: Context, args: argparse.Namespace) -> int:
 
     if not (ctx.root / "dagster.yaml").is_file():
         raise UsageError(f"no dagster.yaml in {ctx.root}: run digest from the project folder")
+    # the instance's home is written from it (instance.prepare_home): refuse an oversized one
+    read_input(ctx.root / "dagster.yaml", "dagster.yaml")
     workspace_origin(ctx.root / WORKSPACE)  # a missing or odd workspace.yaml: one line, now
     require_reason(args.reason)  # a bad --reason is bad input before any refusal of the ledger
+    # the window, before the secret check below may record the secret's first fingerprint
+    operator = _check_window(ctx, period, args)
+    # a ledger that can lose commits would send twice after a crash (cli/durability.py)
+    require_durable_ledger(ctx, "digest run")
     # the public demo secret signs links only on the demo's ledger (cli/secrets.py)
     require_private_secret(ctx, "digest run")
     # last of the checks: a late grant is recorded only when the run can start right after it
-    _open_window(ctx, period, args)
+    if operator is not None:
+        _grant_late(ctx, period, operator, args.reason)
     home = prepare_home(ctx.root, ctx.env)
     instance = dg.DagsterInstance.from_config(str(home))
     try:

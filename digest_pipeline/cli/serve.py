@@ -2,8 +2,10 @@
 
 It serves `digest_pipeline.serve.app` on `--host`/`--port` (default 127.0.0.1:8025, where the
 default `DIGEST_UNSUBSCRIBE_URL` points) against the configured ledger, until SIGINT or SIGTERM.
-It refuses to start with the public demo secret on a ledger without demo data, and with a port
-it cannot listen on, each in one line.
+It refuses to start, in one line, with the public demo secret or a short one on a ledger without
+demo data, with a secret that is not the one the ledger recorded, without the rotated-out secret
+(`DIGEST_UNSUBSCRIBE_SECRET_PREVIOUS`) while a rotation's overlap is open, on a ledger whose
+database can lose commits (cli/durability.py), and with a port it cannot listen on.
 """
 
 import argparse
@@ -11,9 +13,10 @@ from typing import Any
 
 from digest_pipeline.adapters.sql.feedback import SqlFeedbackStore, concurrent_callers
 from digest_pipeline.cli.context import EXIT_FAILED, EXIT_OK, Context, UsageError, ascii_int
-from digest_pipeline.cli.secrets import require_private_secret
+from digest_pipeline.cli.durability import require_durable_ledger
 from digest_pipeline.serve.app import ServeConfig, build_app
 from digest_pipeline.serve.server import listening_socket, serve_forever
+from digest_pipeline.services.link_secrets import serve_secrets
 from digest_pipeline.settings import DEFAULT_SERVE_HOST, DEFAULT_SERVE_PORT
 
 
@@ -45,11 +48,20 @@ def run_serve(ctx: Context, args: argparse.Namespace) -> int:
     if not 0 <= args.port <= 65_535:
         raise UsageError(f"--port must be between 0 and 65535, got {args.port}")
     settings = ctx.settings
-    require_private_secret(ctx, "digest serve")
+    # webhooks and unsubscribes are ledger writes a crash must not undo (cli/durability.py)
+    require_durable_ledger(ctx, "digest serve")
+    secrets = serve_secrets(
+        ctx.ledger,
+        settings.unsubscribe_secret,
+        settings.unsubscribe_secret_previous,
+        ctx.clock.now(),
+    )
     engine = ctx.engine
     app = build_app(
         config=ServeConfig(
-            unsubscribe_secret=settings.unsubscribe_secret,
+            unsubscribe_secret=secrets.current,
+            previous_unsubscribe_secret=secrets.previous,
+            previous_secret_until=secrets.previous_until,
             webhook_keys=settings.webhook_keys(),
             webhook_tolerance=settings.webhook_tolerance,
             ledger_threads=concurrent_callers(engine),
@@ -70,7 +82,7 @@ def run_serve(ctx: Context, args: argparse.Namespace) -> int:
     ctx.err.write(f"digest serve: listening on http://{shown}:{port} (webhooks: {providers})\n")
     ctx.err.flush()
     try:
-        serve_forever(app, sock)
+        serve_forever(app, sock, settings.serve_limits)
     except KeyboardInterrupt:
         pass  # uvicorn has shut down and re-raised the SIGINT that stopped it
     finally:

@@ -39,7 +39,7 @@ def register(sub: Any) -> None:
 def run_status(ctx: Context, args: argparse.Namespace) -> int:
     """Prints the period's state; exit 1 if an invariant fails."""
     period = parse_period(ctx, args.period)
-    ledger, now = ctx.ledger, ctx.clock.now()
+    ledger, now = ctx.ledger, ctx.now()
     metrics = period_metrics(ledger, period, now)
     invariants = ledger.check_invariants(period, now)
     ok = all(r.passed for r in invariants)

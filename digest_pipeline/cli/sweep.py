@@ -20,6 +20,7 @@ from digest_pipeline.cli.context import (
     emit_json,
     table,
 )
+from digest_pipeline.cli.durability import require_durable_ledger
 from digest_pipeline.cli.secrets import require_private_secret
 from digest_pipeline.services.cleanup import CleanupReport
 from digest_pipeline.services.pipeline import SweepReport, sweep
@@ -72,6 +73,7 @@ def as_json(report: SweepReport) -> dict[str, object]:
 def run_sweep(ctx: Context, args: argparse.Namespace) -> int:
     """Runs one sweep and prints its report."""
     settings = ctx.settings
+    require_durable_ledger(ctx, "digest sweep")
     require_private_secret(ctx, "digest sweep")
     # lease owners and attempt workers are stored in 128 characters; host names may be longer
     owner = f"cli-sweep:{socket.gethostname()[:64]}:{os.getpid()}"
@@ -121,4 +123,7 @@ def run_sweep(ctx: Context, args: argparse.Namespace) -> int:
     if delivered.released:
         rows.append(("given back unsent", delivered.released))
     table(ctx, rows, ("delivery", "items"))
+    for p, r in report.reconciled.items():
+        for line in reconcile.needs_mailer_lines(p, r, ctx.mailer.identity):
+            ctx.write(line)
     return status

@@ -27,6 +27,7 @@ from dagster._core.remote_origin import (
 from dagster._core.workspace.load_target import WorkspaceFileTarget
 
 from digest_pipeline.cli.context import UsageError
+from digest_pipeline.cli.files import read_input
 
 _SCHEDULE_ENV_VARS = r"Property `ScheduleDefinition.environment_vars` is deprecated"
 
@@ -37,6 +38,7 @@ def workspace_origin(workspace: Path) -> ManagedGrpcPythonEnvCodeLocationOrigin:
         raise UsageError(
             f"no {workspace.name} in {workspace.parent}: run digest from the project folder"
         )
+    read_input(workspace, workspace.name)  # Dagster reads it whole: refuse an oversized one
     origins = WorkspaceFileTarget(paths=[str(workspace)]).create_origins()
     python = [o for o in origins if isinstance(o, ManagedGrpcPythonEnvCodeLocationOrigin)]
     if len(python) != 1 or len(origins) != 1:

@@ -9,7 +9,7 @@ import dagster as dg
 
 from digest_pipeline.defs.asset_checks import CLEANUP_CHECKS, CONTENT_CHECKS, SNAPSHOT_CHECKS
 from digest_pipeline.defs.check_step import asset_with_checks
-from digest_pipeline.defs.guards import refuse_missed_week, refused
+from digest_pipeline.defs.guards import refuse_missed_week, refuse_nondurable_ledger, refused
 from digest_pipeline.defs.partitions import weekly_partitions
 from digest_pipeline.defs.report import period_metadata, seconds
 from digest_pipeline.defs.resources import DeliveryResource
@@ -45,6 +45,8 @@ def eligibility_snapshot(
     period = Period.parse(context.partition_key)
     # a missed week is refused before anything is frozen (DIGEST_LATE_WINDOW_SECONDS)
     refuse_missed_week(ledger, delivery.settings().policy, clock, period)
+    # and so is a ledger that can lose commits: the week's first step records nothing there
+    refuse_nondurable_ledger(ledger, delivery.settings().allow_nondurable_ledger)
     report = take_snapshot(customer_source, ledger, clock, period, context.run.run_id)
     note = (
         f"Re-run: reused the snapshot frozen by run {report.selection_run_id}."

@@ -17,6 +17,7 @@ import dagster as dg
 from digest_pipeline.defs.guards import (
     refuse_changed_snapshot,
     refuse_missed_week,
+    refuse_nondurable_ledger,
     refuse_public_secret,
     refused,
 )
@@ -46,6 +47,8 @@ def plan_batches(
     period = Period.parse(context.partition_key)
     refuse_missed_week(ledger, delivery.settings().policy, clock, period)
     refuse_changed_snapshot(ledger, clock, period)
+    # before leases are recovered: a sensor's run starts here
+    refuse_nondurable_ledger(ledger, delivery.settings().allow_nondurable_ledger)
     now = clock.now()
     recovered = ledger.recover_expired_leases(now)
     counts = ledger.state_counts(period)
@@ -77,8 +80,9 @@ def deliver_batch(
     delivery: DeliveryResource,
 ) -> dict[str, int]:
     """Claims and delivers up to one batch of the period's due items; returns only counts."""
-    refuse_public_secret(ledger, composer)
+    refuse_public_secret(ledger, composer, clock)
     settings = delivery.settings()
+    refuse_nondurable_ledger(ledger, settings.allow_nondurable_ledger)
     deliverer = build_deliverer(
         ledger=ledger,
         mailer=mailer,

@@ -3,8 +3,10 @@
 A missed week (its window closed before any attempt) fails the step with the same one line
 `digest run` prints, so a UI or schedule run of it is red with the reason, never a quiet green.
 So does a week whose frozen snapshot changed after the freeze, a delivery whose links the
-public demo secret would sign on a real shop's ledger, and a delivery the circuit breaker
-stopped: `refused` turns the services' named errors into a `dg.Failure` with their line.
+public demo secret would sign on a real shop's ledger or a secret other than the one the ledger
+recorded, a ledger whose database can lose commits
+in a crash (`fsync`/`synchronous_commit` off), and a delivery the circuit breaker stopped:
+`refused` turns the services' named errors into a `dg.Failure` with their line.
 """
 
 from collections.abc import Iterator
@@ -12,12 +14,15 @@ from contextlib import contextmanager
 
 import dagster as dg
 
+from digest_pipeline.adapters.sql.base import SqlBase
+from digest_pipeline.adapters.sql.durability import read_durability
+from digest_pipeline.domain.durability import durability_refusal
 from digest_pipeline.domain.errors import BreakerOpen, LateWeekRefused, SnapshotTampered
 from digest_pipeline.domain.periods import Period
 from digest_pipeline.domain.policy import DeliveryPolicy
-from digest_pipeline.domain.unsubscribe import public_secret_refusal
 from digest_pipeline.ports import Clock, Composer, Ledger
 from digest_pipeline.services import late
+from digest_pipeline.services.link_secrets import secret_refusal
 from digest_pipeline.services.snapshot_gate import require_unchanged_snapshot
 
 
@@ -38,12 +43,30 @@ def refuse_missed_week(
         late.require_deliverable(ledger, policy, period, clock.now())
 
 
-def refuse_public_secret(ledger: Ledger, composer: Composer) -> None:
-    """Raises `dg.Failure` (no step retry) when the public demo secret would sign real links."""
+def refuse_public_secret(ledger: Ledger, composer: Composer, clock: Clock) -> None:
+    """Raises `dg.Failure` (no step retry) unless the composer's secret may sign this ledger's links.
+
+    The public demo secret and a short one only on a demo ledger; any secret only when its
+    fingerprint is the one the ledger recorded (services/link_secrets.py), so a daemon left
+    with another secret sends nothing.
+    """
     secret = composer.unsubscribe_secret
     if secret is None:
         return
-    refusal = public_secret_refusal(secret, ledger.holds_demo_data, what="delivery")
+    refusal = secret_refusal(ledger, secret, clock.now(), what="delivery")
+    if refusal is not None:
+        raise dg.Failure(description=refusal, allow_retries=False)
+
+
+def refuse_nondurable_ledger(ledger: Ledger, allowed: bool) -> None:
+    """Raises `dg.Failure` (no step retry) when the ledger's database can lose commits.
+
+    `allowed` is `DIGEST_ALLOW_NONDURABLE_LEDGER`. A ledger that is not SQL (a test's fake) has
+    no database to ask.
+    """
+    if not isinstance(ledger, SqlBase):
+        return
+    refusal = durability_refusal(read_durability(ledger.engine), allowed=allowed, what="delivery")
     if refusal is not None:
         raise dg.Failure(description=refusal, allow_retries=False)
 

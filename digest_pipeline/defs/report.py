@@ -213,5 +213,7 @@ def delivery_metadata(
         "lease_unknown": before["lease_unknown"],
         "reconciled": reconciled.moved.total(),
         "still_unknown": reconciled.still_unknown,
+        # unknown items only another mailer's evidence (or `digest resolve`) can settle
+        "needs_other_mailer": reconciled.needs_mailer.total(),
         "worst_items": worst_items(items),
     }

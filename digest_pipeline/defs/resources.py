@@ -133,6 +133,8 @@ class DeliverySettings:
     breaker_threshold: int = DEFAULT_THRESHOLD
     #: processes delivering one batch step's items (`DIGEST_DELIVERY_PROCESSES`)
     delivery_processes: int = 1
+    #: `DIGEST_ALLOW_NONDURABLE_LEDGER`: deliver on a database that can lose commits (unsafe)
+    allow_nondurable_ledger: bool = False
 
     @property
     def claim_size(self) -> int:
@@ -189,6 +191,7 @@ class DeliveryResource(dg.ConfigurableResource["DeliveryResource"]):
             self.dead_letter_rate_threshold,
             s.breaker_threshold,
             s.delivery_processes,
+            s.allow_nondurable_ledger,
         )
 
 

@@ -229,6 +229,8 @@ class Attempt:
     detail: str | None
     provider_message_id: str | None
     duplicate: bool
+    #: the identity of the mailer that made it (`domain.mailer_identity`); None: not recorded
+    mailer: str | None = None
 
 
 @dataclass(frozen=True)

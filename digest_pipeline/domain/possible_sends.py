@@ -19,9 +19,11 @@ from digest_pipeline.domain.states import DeliveryState
 # have left), or when it is still open and no live claim holds it (its worker died mid-send).
 # An uncertain one stops counting when later evidence says nothing was delivered: the mailer's
 # lookup found nothing (at reconciliation or at a replay), or an operator resolved it not sent.
-# Between two replays the provider's deduplication covers every resend (the deliverer only
-# resends an `unknown` key inside the window, or after evidence), so one such span holds at
-# most one delivery; a replay is the only path to a send the provider may not deduplicate.
+# Between two replays one provider's deduplication covers every resend through it (the
+# deliverer only resends an `unknown` key inside the window, or after evidence from the mailer
+# that made the attempt), so one mailer's share of such a span holds at most one delivery. Two
+# mailers deduplicate nothing between them: each one's share counts on its own, and so does a
+# replay's span, the other path to a send no provider deduplicates.
 
 #: audit actions that reopen an item; each starts a new span of attempts
 REPLAY_ACTIONS = ("replay", "replay_possible_duplicate")
@@ -74,18 +76,19 @@ def possible_send_count(
 ) -> int:
     """How many deliveries the key's history may hold (invariant 4 fails above one).
 
-    Per span between replays: its confirmed sends, or one if it holds only unsettled
-    uncertain attempts. `held_token` is the token of a live claim, whose open attempt is in
-    flight rather than lost. `audit` is the key's own audit rows.
+    Per span between replays and per mailer in it: its confirmed sends, or one if it holds
+    only unsettled uncertain attempts (attempts of no recorded mailer are one mailer's).
+    `held_token` is the token of a live claim, whose open attempt is in flight rather than
+    lost. `audit` is the key's own audit rows.
     """
     replays = sorted(e.at for e in audit if e.action in REPLAY_ACTIONS)
     unsettled = {a.attempt_id for a in unsettled_uncertain_attempts(attempts, audit, held_token)}
-    confirmed: Counter[int] = Counter()
-    unsure: set[int] = set()
+    confirmed: Counter[tuple[int, str]] = Counter()
+    unsure: set[tuple[int, str]] = set()
     for a in attempts:
-        span = bisect_right(replays, a.started_at)
+        share = (bisect_right(replays, a.started_at), a.mailer or "")
         if delivered_attempt(a):
-            confirmed[span] += 1
+            confirmed[share] += 1
         elif a.attempt_id in unsettled:
-            unsure.add(span)
+            unsure.add(share)
     return sum(confirmed.values()) + len(unsure - set(confirmed))

@@ -63,9 +63,10 @@ ALLOWED_TRANSITIONS: frozenset[tuple[DeliveryState, DeliveryState]] = frozenset(
         (DeliveryState.UNKNOWN, DeliveryState.RETRY_SCHEDULED),
         (DeliveryState.UNKNOWN, DeliveryState.DEAD_LETTERED),
         (DeliveryState.SENT, DeliveryState.CLEANED),
-        # a suppressed customer's item that was never claimed is cancelled, not sent
+        # a suppressed customer's item whose attempt has not started is cancelled, not sent
         (DeliveryState.PENDING, DeliveryState.SUPPRESSED),
         (DeliveryState.RETRY_SCHEDULED, DeliveryState.SUPPRESSED),
+        (DeliveryState.CLAIMED, DeliveryState.SUPPRESSED),
         # only `replay` makes these two moves
         (DeliveryState.DEAD_LETTERED, DeliveryState.PENDING),
         (DeliveryState.FAILED, DeliveryState.PENDING),

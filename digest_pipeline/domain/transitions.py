@@ -14,6 +14,7 @@ from typing import Any
 
 from digest_pipeline.domain.errors import LostRace, ResolveRefused
 from digest_pipeline.domain.failures import FailureClass, SendOutcome
+from digest_pipeline.domain.mailer_identity import foreign_mailers
 from digest_pipeline.domain.model import (
     Attempt,
     AuditNote,
@@ -154,6 +155,24 @@ def already_confirmed(
         provider_message_id=attempt.provider_message_id,
         **_reconciled(Evidence.LEDGER_ATTEMPT, actor),
     )
+
+
+#: `last_detail` of a resend claimed by a mailer other than the one whose deduplication it needs
+NEEDS_MAILER = "needs_mailer"
+
+
+def resend_through_other_mailer(
+    claim: Claim, history: Sequence[Attempt], mailer: str, now: datetime
+) -> Transition | None:
+    """A resend only the first mailer's deduplication makes safe, claimed under another: `unknown`.
+
+    Another mailer would deliver a second copy, so the item goes back to `unknown` (not sent,
+    not retried) until the mailer that made its uncertain attempt reconciles it, or an operator
+    resolves it.
+    """
+    if claim.item.dedupe_until is None or not (needed := foreign_mailers(history, mailer)):
+        return None
+    return move(claim, DeliveryState.UNKNOWN, now, detail=f"{NEEDS_MAILER}:{needed[0]}")
 
 
 def after_attempt(
@@ -399,6 +418,7 @@ def settle_unknown(
     history: Sequence[Attempt],
     lookup: Callable[[], LookupResult],
     *,
+    mailer: str,
     now: datetime,
     closes_at: datetime,
     idempotency_window: timedelta | None,
@@ -409,8 +429,12 @@ def settle_unknown(
 
     `history` is the item's attempts; `lookup` asks the mailer and is called only when the
     ledger's evidence settles nothing (the one piece of I/O, injected like the clock).
+    `mailer` is the identity of the mailer `lookup` asks and a resend would go through: when
+    an attempt that may have delivered was made through another, neither its lookup nor its
+    deduplication is evidence, and only the ledger's evidence or the retention moves the item.
     """
     pid: str | None = None
+    own = not foreign_mailers(history, mailer)
     due_now: dict[str, Any] = {"next_attempt_at": now, "effects": (ClearDedupe(),)}
     fields: dict[str, Any]
     if (attempt := confirmed(history)) is not None:
@@ -422,18 +446,20 @@ def settle_unknown(
             Evidence.LEDGER_ATTEMPTS_NOT_ACCEPTED,
             due_now,
         )
-    elif (found := lookup()).status is LookupStatus.FOUND:
+    elif own and (found := lookup()).status is LookupStatus.FOUND:
         target, evidence, fields = DeliveryState.SENT, Evidence.MAILER_LOOKUP_FOUND, {}
         pid = found.provider_message_id
-    elif found.status is LookupStatus.NOT_FOUND:
+    elif own and found.status is LookupStatus.NOT_FOUND:
         target, evidence, fields = (
             DeliveryState.RETRY_SCHEDULED,
             Evidence.MAILER_LOOKUP_NOT_FOUND,
             due_now,
         )
     elif (
-        until := _deduplicated_until(item, now, closes_at, idempotency_window, policy)
-    ) is not None:
+        own
+        and (until := _deduplicated_until(item, now, closes_at, idempotency_window, policy))
+        is not None
+    ):
         target, evidence = DeliveryState.RETRY_SCHEDULED, Evidence.IDEMPOTENT_RESEND
         fields = {"next_attempt_at": now, "effects": (ResendUntil(until),)}
     elif unknown_expired(item, now, policy.unknown_retention):
@@ -479,14 +505,27 @@ def delivered_per_provider(
 SUPPRESSION_ACTOR = "system:suppression"
 
 
-def cancelled_by_suppression(item: WorkItem, now: datetime, reason: str) -> Transition:
-    """A never-claimed item of a suppressed customer, ended as `suppressed` instead of sent.
+def suppressible(item: WorkItem, started: bool) -> bool:
+    """Whether a suppression cancels the item: no attempt of it may start any more.
+
+    An unclaimed item, or a claimed one whose attempt has not started (`started`: the ledger
+    holds an attempt under its current lease token). An attempt already started is in flight;
+    its outcome is recorded as usual.
+    """
+    return item.state in CLAIMABLE or (item.state is DeliveryState.CLAIMED and not started)
+
+
+def cancelled_by_suppression(
+    item: WorkItem, now: datetime, reason: str, started: bool = False
+) -> Transition:
+    """An item of a suppressed customer whose attempt has not started, ended as `suppressed`.
 
     `reason` is the suppression's reason (`unsubscribed`, `hard_bounce`, …); the audit row
-    says it, and `last_detail` reads `suppressed:<reason>` in the UI's tables.
+    says it, and `last_detail` reads `suppressed:<reason>` in the UI's tables. `started` is
+    `suppressible`'s.
     """
-    if item.state not in CLAIMABLE:
-        raise LostRace(f"{item.key}: {item.state.value}; only unclaimed items are cancelled")
+    if not suppressible(item, started):
+        raise LostRace(f"{item.key}: {item.state.value}; its attempt may have started")
     return Transition(
         item.key,
         item.state,

@@ -14,21 +14,21 @@ import json
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 import anyio
 import anyio.to_thread
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
 
 from digest_pipeline.adapters.sql.engine import LedgerDatabaseError
 from digest_pipeline.domain.errors import DigestError
 from digest_pipeline.domain.feedback import InvalidEvent, parse_event
-from digest_pipeline.domain.unsubscribe import token_matches
+from digest_pipeline.domain.unsubscribe import LinkSecrets
 from digest_pipeline.domain.webhooks import DEFAULT_TOLERANCE, SignedRequest, Verdict, verify
 from digest_pipeline.ports import Clock, FeedbackStore, ReadModel, WorkQueue
 from digest_pipeline.serve import pages
@@ -55,6 +55,10 @@ class ServeConfig:
     """What the application checks requests against (from `Settings`)."""
 
     unsubscribe_secret: str = field(repr=False)
+    #: after a rotation, the secret it replaced: links it signed are accepted until
+    #: `previous_secret_until` (the overlap the ledger records; services/link_secrets.py)
+    previous_unsubscribe_secret: str | None = field(default=None, repr=False)
+    previous_secret_until: datetime | None = None
     #: provider name -> its signing keys (two during a rotation)
     webhook_keys: Mapping[str, tuple[bytes, ...]] = field(default_factory=dict, repr=False)
     webhook_tolerance: timedelta = DEFAULT_TOLERANCE
@@ -92,6 +96,15 @@ class _Endpoints:
         self._config, self._store, self._ledger = config, store, ledger
         self._queue, self._clock = queue, clock
         self._limiter = anyio.CapacityLimiter(config.ledger_threads)
+        self._secrets = LinkSecrets(
+            config.unsubscribe_secret,
+            config.previous_unsubscribe_secret,
+            config.previous_secret_until,
+        )
+
+    def _secret_of(self, customer_id: str, token: str) -> str | None:
+        """The accepted secret that signed the link, or None (then the link is forged)."""
+        return self._secrets.secret_of(customer_id, token, self._clock.now())
 
     async def _call(self, fn: Callable[..., T], *args: Any) -> T:
         """`fn(*args)` on a worker thread, at most `ledger_threads` at a time."""
@@ -105,7 +118,7 @@ class _Endpoints:
 
     async def _unsubscribe_page(self, request: Request) -> Response:
         customer_id, token = _link(request)
-        secret = self._config.unsubscribe_secret
+        secret = self._secret_of(customer_id, token) or self._config.unsubscribe_secret
         check = await self._call(check_link, self._store, secret, customer_id, token)
         if check in _LINK_REFUSALS:
             status, title = _LINK_REFUSALS[check]
@@ -114,10 +127,10 @@ class _Endpoints:
 
     async def _unsubscribe_post(self, request: Request) -> Response:
         customer_id, token = _link(request)
-        secret = self._config.unsubscribe_secret
         body = await request.body()
         # the token first, for any id and any body: a forged link gets 403 and nothing else
-        if not token_matches(secret, customer_id, token):
+        secret = self._secret_of(customer_id, token)
+        if secret is None:
             return _page(pages.refused(_LINK_REFUSALS[LinkCheck.FORBIDDEN][1]), 403)
         if not is_one_click(request.headers.get("content-type"), body):
             return _page(pages.refused("Send List-Unsubscribe=One-Click to unsubscribe"), 400)
@@ -201,6 +214,11 @@ def _guarded(endpoint: Endpoint) -> Endpoint:
             return await endpoint(request)
         except HTTPException:
             raise  # Starlette's own answers (413 for an oversized body)
+        except ClientDisconnect:
+            # the client left, or was cut off for sending too slowly (serve/guard.py), before
+            # its body arrived: nothing was read or done, and the answer reaches no one
+            log_event("request_abandoned", logging.INFO, route=request.url.path.split("/")[1])
+            return Response(status_code=408)
         except Exception as e:
             shown = str(e) if isinstance(e, DigestError | LedgerDatabaseError) else None
             log_event("serve_failed", logging.ERROR, error=type(e).__name__, detail=shown)

@@ -1,8 +1,9 @@
 """uvicorn as `digest serve` runs it, in the foreground for the command or on a thread for tests.
 
-Both use `uvicorn_config`, so a test exercises the server the command starts. The access log is
-off: its request lines would carry every unsubscribe token (a credential) into the log; the
-application logs its own `event=…` lines instead, with customer ids and codes only.
+Both use `uvicorn_config`, so a test exercises the server the command starts, with the same
+deadlines and connection cap (serve/guard.py). The access log is off: its request lines would
+carry every unsubscribe token (a credential) into the log; the application logs its own
+`event=…` lines instead, with customer ids and codes only.
 """
 
 import socket
@@ -12,20 +13,23 @@ from types import TracebackType
 import uvicorn
 from starlette.applications import Starlette
 
+from digest_pipeline.serve.guard import guarded_protocol
+from digest_pipeline.settings import ServeLimits
+
 #: seconds a shutdown waits for requests in flight before it closes their connections
 GRACEFUL_SHUTDOWN_SECONDS = 10
-#: seconds an idle keep-alive connection is held: longer than a client's or proxy's own idle
-#: limit (httpx 5 s, nginx upstream 60 s), so the server is never the side that closes a
-#: connection the client is reusing at that instant (a request lost in flight, not refused)
-KEEP_ALIVE_SECONDS = 75
 
 
-def uvicorn_config(app: Starlette, host: str, port: int) -> uvicorn.Config:
+def uvicorn_config(
+    app: Starlette, host: str, port: int, limits: ServeLimits | None = None
+) -> uvicorn.Config:
     """The server's settings: no access log, no `Server` header, no logging config of its own.
 
-    Forwarded headers from a proxy on loopback are honoured (uvicorn's default), which matters
-    only for the client address: no page or response depends on the scheme or host it was
-    reached by.
+    Every connection runs under `limits` (the defaults when None): the guarded protocol times
+    the request head, the body and the idle keep-alive spell, and refuses connections past the
+    cap. Forwarded headers from a proxy on loopback are honoured (uvicorn's default), which
+    matters only for the client address: no page or response depends on the scheme or host it
+    was reached by.
     """
     return uvicorn.Config(
         app,
@@ -37,7 +41,9 @@ def uvicorn_config(app: Starlette, host: str, port: int) -> uvicorn.Config:
         server_header=False,
         lifespan="off",
         timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_SECONDS,
-        timeout_keep_alive=KEEP_ALIVE_SECONDS,
+        http=guarded_protocol(limits or ServeLimits()),
+        # no route is a WebSocket: an upgrade request stays an HTTP request, under the deadlines
+        ws="none",
     )
 
 
@@ -59,13 +65,13 @@ def listening_socket(host: str, port: int, backlog: int = 2048) -> socket.socket
     return sock
 
 
-def serve_forever(app: Starlette, sock: socket.socket) -> None:
+def serve_forever(app: Starlette, sock: socket.socket, limits: ServeLimits | None = None) -> None:
     """Serves on `sock` until SIGINT or SIGTERM, finishing the requests in flight first.
 
     uvicorn re-raises the signal once it has shut down: SIGINT as KeyboardInterrupt here.
     """
     host, port = sock.getsockname()[:2]
-    uvicorn.Server(uvicorn_config(app, host, port)).run(sockets=[sock])
+    uvicorn.Server(uvicorn_config(app, host, port, limits)).run(sockets=[sock])
 
 
 class BackgroundServer:
@@ -75,11 +81,13 @@ class BackgroundServer:
     (the kernel queues it until uvicorn accepts): no waiting for the server to come up.
     """
 
-    def __init__(self, app: Starlette, host: str = "127.0.0.1") -> None:
+    def __init__(
+        self, app: Starlette, host: str = "127.0.0.1", limits: ServeLimits | None = None
+    ) -> None:
         self._sock = listening_socket(host, 0)
         self._host, self._port = self._sock.getsockname()[:2]
         # off the main thread uvicorn installs no signal handlers: `should_exit` stops it
-        self._server = uvicorn.Server(uvicorn_config(app, self._host, self._port))
+        self._server = uvicorn.Server(uvicorn_config(app, self._host, self._port, limits))
         self._thread = threading.Thread(
             target=self._server.run, kwargs={"sockets": [self._sock]}, daemon=True
         )

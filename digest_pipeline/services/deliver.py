@@ -51,6 +51,7 @@ from digest_pipeline.domain.transitions import (
     before_send,
     release,
     requeue_unstarted,
+    resend_through_other_mailer,
 )
 from digest_pipeline.domain.waves import AHEAD_WAVES, wave_shape
 from digest_pipeline.ports import Clock, Composer, Ledger, Mailer
@@ -296,7 +297,9 @@ class Deliverer:
         pending = [p for w in start for p in w.pending]
         if not results and not pending:
             return
-        errors, tickets = self.ledger.record_and_start(results, [c for _, c, _, _ in pending], now)
+        errors, tickets = self.ledger.record_and_start(
+            results, [c for _, c, _, _ in pending], now, mailer=self.mailer.identity
+        )
         done = iter(zip(results, errors, strict=True))
         for w in record:
             for i, s in w.started:
@@ -336,21 +339,27 @@ class Deliverer:
         closes_at = None if item.replayed_at is not None else self.closes_at(item.period)
         if (instead := before_send(claim, closes_at, now, self.policy)) is not None:
             return self._record(claim, instead)
-        if item.attempts and (confirmed := self._confirmed_attempt(claim)) is not None:
-            return self._record(claim, confirmed)
+        if item.attempts:
+            history = self.ledger.attempts(claim.key)
+            if (confirmed := already_confirmed(claim, history, now, RECONCILE_ACTOR)) is not None:
+                return self._record(claim, confirmed)
+            elsewhere = resend_through_other_mailer(claim, history, self.mailer.identity, now)
+            if elsewhere is not None:
+                return self._record(claim, elsewhere)
         return closes_at
 
-    def _confirmed_attempt(self, claim: Claim) -> Transition | None:
-        return already_confirmed(
-            claim, self.ledger.attempts(claim.key), self.clock.now(), RECONCILE_ACTOR
-        )
-
     def _release(self, claim: Claim, lost: DigestError) -> Settled:
-        """A claim whose lease ran out before its attempt started goes back to the queue."""
+        """A claim whose lease ran out before its attempt started goes back to the queue.
+
+        One whose customer was suppressed meanwhile ended `suppressed` instead (the ledger
+        checks the suppression list in the transaction that would have started the attempt).
+        """
         now = self.clock.now()
-        requeue = requeue_unstarted(
-            claim, self.ledger.get(claim.key), self.ledger.attempts(claim.key), now
-        )
+        current = self.ledger.get(claim.key)
+        if current is not None and current.state is DeliveryState.SUPPRESSED:
+            log_event("suppressed_before_attempt", key=claim.key)
+            return DeliveryState.SUPPRESSED
+        requeue = requeue_unstarted(claim, current, self.ledger.attempts(claim.key), now)
         if requeue is not None:
             try:
                 self.ledger.apply(requeue)

@@ -16,6 +16,9 @@ from digest_pipeline.services.logs import log_event
 
 #: the audit action of an operator's late-delivery grant
 LATE_ACTION = "deliver_late"
+#: the clause of `DeliveryPolicy.late_refusal`'s line that `refusal` replaces with what the
+#: ledger holds of the period, so the line is true whoever refuses, and whenever
+NOTHING_RECORDED = "nothing was recorded"
 
 
 def late_since(ledger: ReadModel, period: Period) -> datetime | None:
@@ -29,19 +32,54 @@ def closes_at(ledger: Ledger, policy: DeliveryPolicy, period: Period) -> datetim
     return policy.closes_at(period, late_since(ledger, period))
 
 
-def refusal(ledger: ReadModel, policy: DeliveryPolicy, period: Period, now: datetime) -> str | None:
-    """The one-line reason a run of the period must not start now, or None."""
+def refusal(ledger: Ledger, policy: DeliveryPolicy, period: Period, now: datetime) -> str | None:
+    """The one-line reason a run of the period must not start now, or None.
+
+    The line says what the ledger already holds of the period: a step that refuses after
+    earlier steps froze the snapshot and enqueued the items (the window closed during the run)
+    must not claim that nothing was recorded.
+    """
     # An open window needs no reads beyond the clock: the common case costs nothing.
     if now < policy.closes_at(period):
         return None
     attempted = bool(ledger.attempt_outcome_counts(period))
-    return policy.late_refusal(period, now, attempted, late_since(ledger, period))
+    why = policy.late_refusal(period, now, attempted, late_since(ledger, period))
+    if why is None:
+        return None
+    return why.replace(NOTHING_RECORDED, recorded(ledger, period), 1)
+
+
+def recorded(ledger: Ledger, period: Period) -> str:
+    """What the ledger holds of a period no digest of which was attempted, as a clause."""
+    snapshot = ledger.snapshot(period)
+    items = sum(ledger.state_counts(period).values())
+    if snapshot is None and not items:
+        return NOTHING_RECORDED
+    held = []
+    if snapshot is not None:
+        eligible = snapshot.eligible_count
+        held.append(f"its snapshot ({eligible} customer{'s' if eligible != 1 else ''})")
+    if items:
+        held.append(f"{items} work item{'s' if items != 1 else ''}")
+    verb = "is" if len(held) == 1 and items <= 1 else "are"
+    return f"{' and '.join(held)} {verb} recorded and kept, but no digest was sent"
+
+
+def grant_refusal(policy: DeliveryPolicy, period: Period, now: datetime) -> str | None:
+    """Why a late grant must not be recorded now (the normal window is still open), or None."""
+    normal = policy.closes_at(period)
+    if now < normal:
+        return (
+            f"period {period}: its delivery window is open until {normal:%Y-%m-%d %H:%M} UTC;"
+            " --deliver-late is not needed"
+        )
+    return None
 
 
 def require_deliverable(
     ledger: Ledger, policy: DeliveryPolicy, period: Period, now: datetime
 ) -> None:
-    """Raises LateWeekRefused (before anything is recorded) for a missed week."""
+    """Raises LateWeekRefused for a missed week; its line says what the ledger holds of it."""
     if (why := refusal(ledger, policy, period, now)) is not None:
         log_event("late_week_refused", period=period)
         raise LateWeekRefused(why)
@@ -62,12 +100,8 @@ def grant_late_delivery(
     """
     if not operator.strip() or not reason.strip():
         raise LateWeekRefused("a late delivery needs an operator and a reason")
-    normal = policy.closes_at(period)
-    if now < normal:
-        raise LateWeekRefused(
-            f"period {period}: its delivery window is open until {normal:%Y-%m-%d %H:%M} UTC;"
-            " --deliver-late is not needed"
-        )
+    if (why := grant_refusal(policy, period, now)) is not None:
+        raise LateWeekRefused(why)
     ledger.record_audit(
         AuditEntry(now, operator, LATE_ACTION, None, None, None, reason.strip(), period)
     )

@@ -2,8 +2,10 @@
 
 An item is moved only on evidence (`domain.transitions.settle_unknown` decides which): a
 confirmed attempt in the ledger, attempts that all closed as not accepted, the mailer's lookup,
-or a provider that will deduplicate a resend inside its idempotency window. Without evidence it
-stays `unknown` (visible, rows kept) until its retention runs out and it is dead-lettered.
+or a provider that will deduplicate a resend inside its idempotency window. The last two count
+only from the mailer that made the uncertain attempt; under another the item is left alone and
+counted by the mailer it needs. Without evidence it stays `unknown` (visible, rows kept) until
+its retention runs out and it is dead-lettered.
 """
 
 import logging
@@ -12,6 +14,7 @@ from dataclasses import dataclass, field
 from functools import partial
 
 from digest_pipeline.domain.errors import LostRace
+from digest_pipeline.domain.mailer_identity import describe_needed, foreign_mailers
 from digest_pipeline.domain.periods import OperationKey, Period
 from digest_pipeline.domain.policy import DeliveryPolicy
 from digest_pipeline.domain.states import DeliveryState
@@ -33,6 +36,9 @@ class ReconcileReport:
     #: evidence used, e.g. `ledger_attempt`, `mailer_lookup_found`, `idempotent_resend`
     evidence: Counter[str] = field(default_factory=Counter)
     still_unknown: int = 0
+    #: of `still_unknown`, those left alone because an attempt that may have delivered was made
+    #: through another mailer, counted by the mailers they need (`domain.mailer_identity`)
+    needs_mailer: Counter[str] = field(default_factory=Counter)
     lost_races: int = 0
     #: every move made, as (operation key, new state, evidence), for the operator's terminal
     changes: list[tuple[OperationKey, DeliveryState, str]] = field(default_factory=list)
@@ -45,13 +51,16 @@ def reconcile_period(
     report = ReconcileReport()
     unknown = ledger.items(period, [DeliveryState.UNKNOWN])
     closes = late.closes_at(ledger, policy, period) if unknown else period.ends_at
+    identity = mailer.identity
     for item in unknown:
         report.examined += 1
         now = clock.now()
+        history = ledger.attempts(item.key)
         found = settle_unknown(
             item,
-            ledger.attempts(item.key),
+            history,
             partial(mailer.lookup, str(item.key)),
+            mailer=identity,
             now=now,
             closes_at=closes,
             idempotency_window=mailer.capabilities.idempotency_window,
@@ -60,6 +69,8 @@ def reconcile_period(
         )
         if found is None:
             report.still_unknown += 1
+            if needed := foreign_mailers(history, identity):
+                report.needs_mailer[describe_needed(needed)] += 1
             continue
         transition, evidence = found
         target = transition.target

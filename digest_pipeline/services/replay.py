@@ -1,12 +1,14 @@
 """Bounded, audited replay of dead-lettered or failed keys of one period.
 
 The request is checked as a whole before anything changes: one period, at most `cap` keys, each
-key known, of that period and replayable. Each key is then reconciled first (ledger, then mailer
-lookup); a key with evidence of delivery is reported and left alone, never sent again. A key whose
-history holds an attempt that may have delivered it (`unknown`, or abandoned mid-send) with no
-later evidence that it did not is a *possible duplicate*: the provider's deduplication window may
-have passed, so a replay may deliver a second copy. Such a request is refused as a whole unless
-the operator accepts that explicitly, and the acceptance is audited (`replay_possible_duplicate`).
+key known, of that period and replayable. Each key is then reconciled first (ledger, then the
+mailer's lookup, asked only about attempts that mailer made); a key with evidence of delivery is
+reported and left alone, never sent again. A key whose history holds an attempt that may have
+delivered it (`unknown`, or abandoned mid-send) with no later evidence that it did not is a
+*possible duplicate*: the provider's deduplication window may have passed, or the attempt went
+through another mailer, so a replay may deliver a second copy. Such a request is refused as a
+whole unless the operator accepts that explicitly, and the acceptance is audited
+(`replay_possible_duplicate`).
 """
 
 import logging
@@ -19,9 +21,11 @@ from digest_pipeline.domain.model import (
     Attempt,
     AuditEntry,
     AuditNote,
+    LookupResult,
     LookupStatus,
     WorkItem,
 )
+from digest_pipeline.domain.mailer_identity import describe_needed, foreign_mailers
 from digest_pipeline.domain.periods import OperationKey, Period
 from digest_pipeline.domain.possible_sends import unsettled_uncertain_attempts
 from digest_pipeline.domain.states import REPLAYABLE, DeliveryState
@@ -140,10 +144,15 @@ def _plan(ledger: ReadModel, mailer: Mailer, item: WorkItem, audit: list[AuditEn
     history = ledger.attempts(item.key)
     if confirmed_attempt(ledger, item.key) is not None:
         return _Planned(item, ReplayPlan.ALREADY_DELIVERED, "ledger_attempt")
-    lookup = mailer.lookup(str(item.key))
+    if needed := foreign_mailers(history, mailer.identity):
+        # this mailer's lookup says nothing of another's sends: no evidence either way
+        lookup = LookupResult(LookupStatus.UNSUPPORTED)
+        evidence = f"needs_mailer:{describe_needed(needed)}"
+    else:
+        lookup = mailer.lookup(str(item.key))
+        evidence = f"mailer_lookup_{lookup.status.value}"
     if lookup.status is LookupStatus.FOUND:
         return _Planned(item, ReplayPlan.ALREADY_DELIVERED, "mailer_lookup_found")
-    evidence = f"mailer_lookup_{lookup.status.value}"
     if lookup.status is LookupStatus.UNSUPPORTED and (
         uncertain := unsettled_uncertain_attempts(history, audit)
     ):

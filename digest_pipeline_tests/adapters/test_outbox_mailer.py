@@ -1,10 +1,21 @@
 import email
 import email.policy
+import os
 import threading
+from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
-from digest_pipeline.adapters.mail.outbox import OutboxMailer, file_name
+from digest_pipeline.adapters.mail.mime import to_bytes
+from digest_pipeline.adapters.mail.outbox import (
+    KEY_HEADER_MISMATCH,
+    NAME_HOLDS_OTHER_KEY,
+    OutboxMailer,
+    file_name,
+    legacy_file_name,
+    stored_key,
+)
 from digest_pipeline.domain.failures import FailureClass
 from digest_pipeline.domain.model import LookupStatus, Message, message_id_for
 from digest_pipeline.domain.periods import OperationKey
@@ -113,3 +124,87 @@ def test_a_message_serialisation_refuses_is_permanent_and_nothing_is_written(tmp
     assert (outcome.failure_class, outcome.detail) == (FailureClass.PERMANENT, "render_error")
     assert not (tmp_path / "outbox").exists()
     assert outbox.lookup(str(KEY)).status is LookupStatus.NOT_FOUND
+
+
+UPPER = OperationKey(W42, "CUSTOMER-0002")
+LOWER = OperationKey(W42, "customer-0002")
+
+
+def test_keys_differing_only_in_letter_case_get_names_that_differ_in_any_case():
+    upper, lower = file_name(UPPER), file_name(LOWER)
+
+    assert upper.lower() != lower.lower()
+    assert lower == "digest_2026-W42_customer-0002.eml"  # an all-lower-case id keeps its name
+    assert upper == "digest_2026-W42_+c+u+s+t+o+m+e+r-0002.eml"
+
+
+def test_a_file_under_the_name_holding_another_key_is_not_taken_as_delivered(tmp_path):
+    # What a case-insensitive disk shows: the key's exact path already holds another key's file.
+    outbox = OutboxMailer(tmp_path)
+    (tmp_path / "new").mkdir()
+    squatter = tmp_path / "new" / file_name(UPPER)
+    squatter.write_bytes(to_bytes(message(LOWER)))
+
+    outcome = outbox.send(message(UPPER), idempotency_key=str(UPPER))
+
+    assert not outcome.accepted
+    assert (outcome.failure_class, outcome.detail) == (FailureClass.PERMANENT, NAME_HOLDS_OTHER_KEY)
+    assert outbox.lookup(str(UPPER)).status is LookupStatus.NOT_FOUND
+    assert [stored_key(p) for p in outbox.stored()] == [str(LOWER)]
+
+
+def test_another_writer_linking_another_key_first_is_not_a_duplicate(tmp_path, monkeypatch):
+    # The race: the name is free when checked, and another key's file is linked before ours.
+    outbox = OutboxMailer(tmp_path)
+    real_link = os.link
+
+    def link_after_another_writer(src, dst):
+        Path(dst).write_bytes(to_bytes(message(LOWER)))
+        real_link(src, dst)
+
+    monkeypatch.setattr(os, "link", link_after_another_writer)
+    outcome = outbox.send(message(UPPER), idempotency_key=str(UPPER))
+
+    assert (outcome.failure_class, outcome.detail) == (FailureClass.PERMANENT, NAME_HOLDS_OTHER_KEY)
+    assert list((tmp_path / "tmp").iterdir()) == []
+
+
+def test_an_older_outboxs_case_collision_neither_delivers_nor_blocks_the_key(tmp_path):
+    # Before the escaping, CUSTOMER-0002's name on a case-insensitive disk was customer-0002's
+    # file: the older name holding another key is that key's delivery, not this one's.
+    outbox = OutboxMailer(tmp_path)
+    (tmp_path / "new").mkdir()
+    (tmp_path / "new" / legacy_file_name(UPPER)).write_bytes(to_bytes(message(LOWER)))
+
+    assert outbox.lookup(str(UPPER)).status is LookupStatus.NOT_FOUND
+    outcome = outbox.send(message(UPPER), idempotency_key=str(UPPER))
+
+    assert outcome.accepted
+    assert not outcome.duplicate
+    assert stored_key(tmp_path / "new" / file_name(UPPER)) == str(UPPER)
+
+
+def test_an_older_outboxs_file_for_the_key_is_still_found_and_never_written_twice(tmp_path):
+    outbox = OutboxMailer(tmp_path)
+    (tmp_path / "cur").mkdir()
+    (tmp_path / "cur" / legacy_file_name(UPPER)).write_bytes(to_bytes(message(UPPER)))
+
+    found = outbox.lookup(str(UPPER))
+    again = outbox.send(message(UPPER), idempotency_key=str(UPPER))
+
+    assert (found.status, found.provider_message_id) == (LookupStatus.FOUND, message_id_for(UPPER))
+    assert again.accepted
+    assert again.duplicate
+    assert len(outbox.stored()) == 1
+
+
+def test_every_stored_file_names_its_own_key(tmp_path):
+    outbox = OutboxMailer(tmp_path)
+    bare = Message(KEY, "shopper@example.test", "digest@example.com", "Your picks", "picks\n")
+    lying = replace(bare, key=UPPER, headers=(("X-Digest-Operation-Key", str(KEY)),))
+
+    assert outbox.send(bare, idempotency_key=str(KEY)).accepted
+    refused = outbox.send(lying, idempotency_key=str(UPPER))
+
+    assert [stored_key(p) for p in outbox.stored()] == [str(KEY)]
+    assert (refused.failure_class, refused.detail) == (FailureClass.PERMANENT, KEY_HEADER_MISMATCH)

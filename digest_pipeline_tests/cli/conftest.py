@@ -33,7 +33,7 @@ from digest_pipeline.domain.retry import RetryPolicy
 from digest_pipeline.ports import Clock, Composer, Mailer
 from digest_pipeline.services.deliver import DeliveryReport
 from digest_pipeline_tests.builders import deliver_all, key_of, make_deliverer, seed_period
-from digest_pipeline_tests.conftest import SQL_BACKENDS, T0, hermetic_env
+from digest_pipeline_tests.conftest import SQL_BACKENDS, T0, hermetic_env, throwaway_allowance
 from digest_pipeline_tests.fakes import FaultInjectingMailer, FixedClock, WrappingMailer
 
 PROJECT = Path(__file__).resolve().parents[2]
@@ -186,6 +186,8 @@ def make_world(
         "DIGEST_CONCURRENCY": "2",
         # a real shop's ledger (no `digest seed` marker): the public demo secret is refused
         "DIGEST_UNSUBSCRIBE_SECRET": PRIVATE_SECRET,
+        # the test cluster runs with fsync off; `test_nondurable_ledger.py` blanks this
+        **throwaway_allowance(),
     }
     return World(engine, clock, outbox_dir, Cli(env, clock))
 

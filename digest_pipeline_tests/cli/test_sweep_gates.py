@@ -7,8 +7,9 @@ import json
 from sqlalchemy import text
 
 from digest_pipeline.services.deliver import deliver_due
+from digest_pipeline.services.link_secrets import require_secret
 from digest_pipeline_tests.builders import key_of, make_deliverer, seed_period
-from digest_pipeline_tests.cli.conftest import World
+from digest_pipeline_tests.cli.conftest import PRIVATE_SECRET, World
 from digest_pipeline_tests.fakes import FakeMailer
 
 TAMPERED = "tampered@example.com"
@@ -30,6 +31,8 @@ def enqueued_and_one_sent(world: World) -> None:
 def test_a_sweep_after_the_snapshot_was_edited_sends_nothing_cleans_nothing_and_exits_1(world):
     enqueued_and_one_sent(world)
     tamper(world)
+    # the sweep records its secret's fingerprint on first use; its refusal of the week is the point
+    require_secret(world.ledger, PRIVATE_SECRET, world.clock.now(), what="digest sweep")
     before = world.dump()
 
     run = world.cli("sweep")

@@ -27,7 +27,7 @@ from digest_pipeline.domain.model import (
     WriteDeadLetter,
 )
 from digest_pipeline.domain.states import DeliveryState
-from digest_pipeline_tests.builders import clean_one, recipient_of, rows_of
+from digest_pipeline_tests.builders import TEST_MAILER, clean_one, recipient_of, rows_of
 from digest_pipeline_tests.conftest import T0, W42
 from digest_pipeline_tests.contract.test_ledger_contract import LEASE, W43, frozen, key, send
 
@@ -41,7 +41,7 @@ def test_start_attempts_gives_tickets_in_order_and_errors_for_what_cannot_start(
     ghost = replace(claims[a], item=replace(claims[a].item, key=key("customer-404")))
 
     now = T0 + LEASE + timedelta(seconds=1)
-    started = ledger.start_attempts([fresh[b], claims[a], ghost, fresh[c]], now)
+    started = ledger.start_attempts([fresh[b], claims[a], ghost, fresh[c]], now, mailer=TEST_MAILER)
 
     assert [type(s) for s in started] == [AttemptTicket, LostRace, UnknownWorkItem, AttemptTicket]
     first, _, _, last = started
@@ -56,7 +56,7 @@ def test_start_attempts_gives_tickets_in_order_and_errors_for_what_cannot_start(
 def test_complete_many_after_the_sweep_took_every_lease_closes_every_attempt(ledger):
     a, b, c = frozen(ledger, 3)
     claims = {cl.key: cl for cl in ledger.claim_due(T0, "w1", LEASE, 10)}
-    tickets = ledger.start_attempts([claims[k] for k in (a, b, c)], T0)
+    tickets = ledger.start_attempts([claims[k] for k in (a, b, c)], T0, mailer=TEST_MAILER)
     ledger.recover_expired_leases(T0 + LEASE)  # the outcomes came back too late
     outcomes = [
         SendOutcome.sent("pm-a"),
@@ -86,7 +86,7 @@ def test_complete_many_after_the_sweep_took_every_lease_closes_every_attempt(led
 def test_complete_many_mixes_applied_and_lost_transitions_in_order(ledger):
     a, b, c = frozen(ledger, 3)
     claims = {cl.key: cl for cl in ledger.claim_due(T0, "w1", LEASE, 10)}
-    ta, tb, tc = ledger.start_attempts([claims[a], claims[b], claims[c]], T0)
+    ta, tb, tc = ledger.start_attempts([claims[a], claims[b], claims[c]], T0, mailer=TEST_MAILER)
     assert isinstance(ta, AttemptTicket)
     assert isinstance(tb, AttemptTicket)
     assert isinstance(tc, AttemptTicket)
@@ -161,7 +161,7 @@ def test_complete_many_mixes_applied_and_lost_transitions_in_order(ledger):
 def sent_items(ledger, n: int):
     keys = frozen(ledger, n)
     claims = {cl.key: cl for cl in ledger.claim_due(T0, "w1", LEASE, 100)}
-    tickets = ledger.start_attempts([claims[k] for k in keys], T0)
+    tickets = ledger.start_attempts([claims[k] for k in keys], T0, mailer=TEST_MAILER)
     ledger.complete_many(
         [
             (

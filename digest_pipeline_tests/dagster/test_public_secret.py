@@ -1,18 +1,20 @@
-"""A run launched from the UI or by the sensor fails closed on the public demo secret, as `digest run` does.
+"""A run launched from the UI or by the sensor fails closed on a wrong secret, as `digest run` does.
 
 The delivery step asks the composer which secret signs its links and the ledger whether it holds
-`digest seed` demo data: the public value on a real shop's ledger fails the step with one line,
-before anything is claimed; on the demo's ledger, or with a private secret, the week goes out.
+`digest seed` demo data: the public value or a short one on a real shop's ledger fails the step
+with one line, before anything is claimed, and so does a secret whose fingerprint is not the one
+the ledger recorded; on the demo's ledger, or with the recorded private secret, the week goes out.
 """
 
 from pathlib import Path
 
 import pytest
 
+from digest_pipeline.domain.fingerprints import UNSUBSCRIBE, fingerprint
 from digest_pipeline.domain.states import DeliveryState
 from digest_pipeline.settings import load_settings
 from digest_pipeline.wiring import build_composer
-from digest_pipeline_tests.conftest import W42
+from digest_pipeline_tests.conftest import T0, W42
 from digest_pipeline_tests.dagster.harness import World
 
 
@@ -45,3 +47,42 @@ def test_the_demo_ledger_or_a_private_secret_delivers(world_of, secret, demo):
 
     assert result.success
     assert {i.state for i in world.ledger.items(W42)} == {DeliveryState.CLEANED}
+
+
+def test_a_secret_other_than_the_recorded_one_fails_delivery_and_sends_nothing(world_of):
+    world = _with_composer(world_of(3), "a-private-secret-0123")
+    world.ledger.demo_data = False
+    recorded = fingerprint("the-secret-the-links-were-signed-with")
+    world.ledger.secret_fingerprints.record_first_fingerprint(UNSUBSCRIBE, recorded, T0)
+
+    result = world.materialize(raise_on_error=False)
+
+    assert not result.success
+    failures = [str(e.event_specific_data) for e in result.all_events if e.is_step_failure]
+    assert failures
+    assert all("DIGEST_UNSUBSCRIBE_SECRET is not the secret this ledger" in f for f in failures)
+    assert world.mailer.deliveries == []
+    assert {i.state for i in world.ledger.items(W42)} == {DeliveryState.PENDING}
+    record = world.ledger.secret_fingerprints.fingerprint_record(UNSUBSCRIBE)
+    assert record is not None and record.current == recorded
+
+
+def test_a_short_secret_on_a_real_shops_ledger_fails_delivery(world_of):
+    world = _with_composer(world_of(3), "s3cret")
+    world.ledger.demo_data = False
+
+    result = world.materialize(raise_on_error=False)
+
+    assert not result.success
+    assert world.mailer.deliveries == []
+    assert world.ledger.secret_fingerprints.fingerprint_record(UNSUBSCRIBE) is None
+
+
+def test_the_first_delivery_records_its_secrets_fingerprint(world_of):
+    world = _with_composer(world_of(3), "a-private-secret-0123")
+    world.ledger.demo_data = False
+
+    assert world.materialize().success
+
+    record = world.ledger.secret_fingerprints.fingerprint_record(UNSUBSCRIBE)
+    assert record is not None and record.current == fingerprint("a-private-secret-0123")

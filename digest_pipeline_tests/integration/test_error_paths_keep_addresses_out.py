@@ -18,7 +18,7 @@ from sqlalchemy import Engine, select, text
 
 from digest_pipeline.adapters.demo_data import seed_demo
 from digest_pipeline.adapters.sql.schema import customers
-from digest_pipeline_tests.conftest import require_postgres_url
+from digest_pipeline_tests.conftest import require_postgres_url, throwaway_allowance
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 PROJECT = Path(__file__).resolve().parents[2]
@@ -52,6 +52,7 @@ def test_a_cancelled_snapshot_insert_leaves_no_address_in_stderr_or_dagster(
     home = tmp_path / "dagster_home"
     env = {
         **{k: v for k, v in os.environ.items() if not k.startswith("DIGEST_")},
+        **throwaway_allowance(),
         "DIGEST_DATABASE_URL": url,
         "DIGEST_OUTBOX_DIR": str(tmp_path / "outbox"),
         "DAGSTER_HOME": str(home),

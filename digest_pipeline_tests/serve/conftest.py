@@ -25,6 +25,7 @@ from digest_pipeline.domain.webhooks import signature
 from digest_pipeline.serve.app import ServeConfig, build_app
 from digest_pipeline.serve.server import BackgroundServer
 from digest_pipeline.services.deliver import DeliveryReport
+from digest_pipeline.settings import ServeLimits
 from digest_pipeline_tests.builders import deliver_all, key_of, make_deliverer, seed_period
 from digest_pipeline_tests.cli.conftest import dump
 from digest_pipeline_tests.conftest import SQL_BACKENDS, T0
@@ -112,8 +113,10 @@ def deliver_week(
 
 
 @contextmanager
-def running(engine: Engine, clock: FixedClock, mailer: FakeMailer) -> Iterator[Site]:
-    """The application on `engine` under uvicorn on a free loopback port."""
+def running(
+    engine: Engine, clock: FixedClock, mailer: FakeMailer, limits: ServeLimits | None = None
+) -> Iterator[Site]:
+    """The application on `engine` under uvicorn on a free loopback port, under `limits`."""
     ledger = SqlLedger(engine)
     app = build_app(
         config=ServeConfig(
@@ -126,7 +129,8 @@ def running(engine: Engine, clock: FixedClock, mailer: FakeMailer) -> Iterator[S
         queue=ledger,
         clock=clock,
     )
-    with BackgroundServer(app) as server, httpx.Client(base_url=server.url, timeout=30) as http:
+    server = BackgroundServer(app, limits=limits)
+    with server, httpx.Client(base_url=server.url, timeout=30) as http:
         yield Site(server.url, engine, clock, mailer, http)
 
 

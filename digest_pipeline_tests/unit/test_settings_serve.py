@@ -1,4 +1,4 @@
-"""`digest serve`'s settings: webhook secrets per provider, the replay window, the default link."""
+"""`digest serve`'s settings: webhook secrets, the replay window, the default link, the limits."""
 
 import base64
 from datetime import timedelta
@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from digest_pipeline.domain.unsubscribe import DEMO_UNSUBSCRIBE_SECRET
-from digest_pipeline.settings import InvalidSetting, load_settings
+from digest_pipeline.settings import InvalidSetting, ServeLimits, load_settings
 
 ROOT = Path("/srv/shop")
 KEY_A, KEY_B = b"a" * 24, b"b" * 32
@@ -56,3 +56,52 @@ def test_a_bad_entry_is_one_line_naming_it_never_its_secret(value, says):
     assert "\n" not in message
     secret = value.partition("=")[2] or value
     assert secret not in message
+
+
+def test_by_default_digest_serve_closes_a_slow_client_within_seconds():
+    limits = load_settings({}, ROOT).serve_limits
+    assert limits == ServeLimits(
+        header_timeout=timedelta(seconds=10),
+        body_timeout=timedelta(seconds=10),
+        keep_alive=timedelta(seconds=10),
+        max_connections=512,
+    )
+
+
+def test_each_serve_limit_is_read_from_its_variable():
+    env = {
+        "DIGEST_SERVE_HEADER_TIMEOUT_SECONDS": "2.5",
+        "DIGEST_SERVE_BODY_TIMEOUT_SECONDS": "30",
+        "DIGEST_SERVE_KEEP_ALIVE_SECONDS": " 0.1 ",
+        "DIGEST_SERVE_MAX_CONNECTIONS": "100000",
+    }
+    assert load_settings(env, ROOT).serve_limits == ServeLimits(
+        timedelta(seconds=2.5), timedelta(seconds=30), timedelta(seconds=0.1), 100_000
+    )
+
+
+SECONDS = "must be a number of seconds from 0.1 to 3600"
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "says"),
+    [
+        (
+            "DIGEST_SERVE_HEADER_TIMEOUT_SECONDS",
+            "0",
+            SECONDS,
+        ),  # never wait: no request could arrive
+        ("DIGEST_SERVE_HEADER_TIMEOUT_SECONDS", "3601", SECONDS),  # over an hour is no deadline
+        ("DIGEST_SERVE_BODY_TIMEOUT_SECONDS", "-1", SECONDS),
+        ("DIGEST_SERVE_BODY_TIMEOUT_SECONDS", "nan", SECONDS),
+        ("DIGEST_SERVE_KEEP_ALIVE_SECONDS", "inf", SECONDS),
+        ("DIGEST_SERVE_KEEP_ALIVE_SECONDS", "5s", SECONDS),  # a number, without a unit
+        ("DIGEST_SERVE_MAX_CONNECTIONS", "0", "must be a whole number from 1 to 100000"),
+        ("DIGEST_SERVE_MAX_CONNECTIONS", "1.5", "must be a whole number from 1 to 100000"),
+        ("DIGEST_SERVE_MAX_CONNECTIONS", "100001", "must be a whole number from 1 to 100000"),
+    ],
+)
+def test_a_bad_serve_limit_is_one_line_naming_its_variable_and_range(name, value, says):
+    with pytest.raises(InvalidSetting) as e:
+        load_settings({name: value}, ROOT)
+    assert str(e.value) == f"{name}={value!r}: {says}"

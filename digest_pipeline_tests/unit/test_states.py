@@ -43,9 +43,10 @@ EXPECTED_ALLOWED: frozenset[tuple[DeliveryState, DeliveryState]] = frozenset(
         ),  # a bound was hit while waiting
         (DeliveryState.DEAD_LETTERED, DeliveryState.PENDING),  # operator replay
         (DeliveryState.FAILED, DeliveryState.PENDING),  # operator replay
-        # issue 16: a suppressed customer's never-claimed item is cancelled instead of sent
+        # a suppressed customer's item whose attempt has not started is cancelled, not sent
         (DeliveryState.PENDING, DeliveryState.SUPPRESSED),
         (DeliveryState.RETRY_SCHEDULED, DeliveryState.SUPPRESSED),
+        (DeliveryState.CLAIMED, DeliveryState.SUPPRESSED),
     }
 )
 

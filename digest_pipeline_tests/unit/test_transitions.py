@@ -41,6 +41,8 @@ from digest_pipeline_tests.builders import key_of
 from digest_pipeline_tests.conftest import T0
 
 POLICY = DeliveryPolicy()
+#: the mailer the attempts of the generated histories were made through
+MAILER = "smtp:0123456789abcdef"
 offsets = st.integers(min_value=-10 * 86_400, max_value=10 * 86_400).map(
     lambda s: timedelta(seconds=s)
 )
@@ -183,7 +185,20 @@ outcome_labels = st.sampled_from([None, "sent", *sorted(NOT_ACCEPTED), FailureCl
 def histories(draw: st.DrawFn) -> list[Attempt]:
     labels = draw(st.lists(outcome_labels, max_size=4))
     return [
-        Attempt(i, key_of(1), i, i, "w", T0, None if o is None else T0, o, None, f"pm-{i}", False)
+        Attempt(
+            i,
+            key_of(1),
+            i,
+            i,
+            "w",
+            T0,
+            None if o is None else T0,
+            o,
+            None,
+            f"pm-{i}",
+            False,
+            MAILER,
+        )
         for i, o in enumerate(labels, 1)
     ]
 
@@ -219,6 +234,7 @@ def test_an_unknown_item_moves_only_on_evidence(claim, history, status, window, 
         unknown,
         history,
         lookup,
+        mailer=MAILER,
         now=T0,
         closes_at=T0 + close,
         idempotency_window=window,

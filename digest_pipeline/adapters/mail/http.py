@@ -34,6 +34,7 @@ import httpx
 from digest_pipeline.adapters.mail.mime import check_message
 from digest_pipeline.domain.errors import RenderError
 from digest_pipeline.domain.failures import FailureClass, SendOutcome
+from digest_pipeline.domain.mailer_identity import fingerprint, mailer_identity
 from digest_pipeline.domain.model import MailerCapabilities, Message
 from digest_pipeline.ports import Mailer
 from digest_pipeline.settings import ProviderSettings
@@ -83,6 +84,13 @@ class HttpProviderMailer(Mailer):
         return MailerCapabilities(
             idempotency_window=self._settings.idempotency_window, can_lookup=False
         )
+
+    @property
+    def identity(self) -> str:
+        # the account is the key's: another key may be another account, whose lookups and
+        # deduplication know nothing of this one's sends
+        key = fingerprint(self._settings.api_key)
+        return mailer_identity("http", self._settings.url, key)
 
     def recipe(self) -> Callable[[], Mailer] | None:
         # a transport handed in (a test's stand-in provider) stays in this process

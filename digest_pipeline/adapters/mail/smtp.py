@@ -19,6 +19,7 @@ from functools import partial
 from digest_pipeline.adapters.mail.mime import to_bytes
 from digest_pipeline.domain.errors import RenderError
 from digest_pipeline.domain.failures import FailureClass, SendOutcome
+from digest_pipeline.domain.mailer_identity import mailer_identity
 from digest_pipeline.domain.model import MailerCapabilities, Message
 from digest_pipeline.ports import Mailer
 from digest_pipeline.settings import SMTP_SECURITY, SmtpSettings
@@ -143,6 +144,11 @@ class SmtpMailer(Mailer):
     @property
     def capabilities(self) -> MailerCapabilities:
         return MailerCapabilities(idempotency_window=None, can_lookup=False)
+
+    @property
+    def identity(self) -> str:
+        s = self._settings
+        return mailer_identity("smtp", s.host, str(s.port), s.username or "")
 
     def recipe(self) -> Callable[[], Mailer] | None:
         # a TLS context handed in (a test's own CA) cannot be sent to another process

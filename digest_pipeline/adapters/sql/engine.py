@@ -404,6 +404,9 @@ def create_ledger_engine(url: str, *, pool_size: int = 10, create: bool = True) 
         dbapi_connection.isolation_level = None
         cursor = dbapi_connection.cursor()
         cursor.execute("PRAGMA journal_mode=WAL")
+        # Stated, not left to the build's default: under WAL, NORMAL lets a power cut undo a
+        # commit (an "attempt started" row, so a digest goes out twice) and OFF a process crash.
+        cursor.execute("PRAGMA synchronous=FULL")
         cursor.execute("PRAGMA foreign_keys=ON")
         cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
         cursor.close()

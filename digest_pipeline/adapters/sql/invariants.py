@@ -196,6 +196,7 @@ def _no_duplicate_send(p: str, pg: bool) -> Select[Any]:
         select(
             a.c.operation_key.label("key"),
             span.label("span"),
+            func.coalesce(a.c.mailer, "").label("mailer"),
             case((delivered, 1), else_=0).label("delivered"),
             case((uncertain, 1), else_=0).label("uncertain"),
         )
@@ -209,10 +210,11 @@ def _no_duplicate_send(p: str, pg: bool) -> Select[Any]:
             func.sum(tries.c.delivered).label("delivered"),
             func.max(tries.c.uncertain).label("uncertain"),
         )
-        .group_by(tries.c.key, tries.c.span)
+        .group_by(tries.c.key, tries.c.span, tries.c.mailer)
         .subquery()
     )
-    # per span: its confirmed sends, or one when it holds only unsettled uncertain attempts
+    # per span and mailer: its confirmed sends, or one when it holds only unsettled uncertain
+    # attempts (two mailers deduplicate nothing between them)
     sends = case((spans.c.delivered > 0, spans.c.delivered), else_=spans.c.uncertain)
     return select(spans.c.key).group_by(spans.c.key).having(func.sum(sends) > 1)
 

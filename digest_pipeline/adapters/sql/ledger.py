@@ -11,19 +11,24 @@ from functools import partial
 from digest_pipeline.adapters.sql.cleanup import SqlCleaner
 from digest_pipeline.adapters.sql.content import SqlContent
 from digest_pipeline.adapters.sql.engine import create_ledger_engine, head_revision, schema_revision
+from digest_pipeline.adapters.sql.fingerprints import SqlSecretFingerprints
 from digest_pipeline.adapters.sql.identity import shown_url, stored_ledger_id
 from digest_pipeline.adapters.sql.measurements import SqlMeasurements
 from digest_pipeline.adapters.sql.read_model import SqlReadModel
 from digest_pipeline.adapters.sql.snapshots import SqlSnapshots
 from digest_pipeline.adapters.sql.suppressions import SqlSuppressions
 from digest_pipeline.domain.errors import LedgerMismatch
-from digest_pipeline.ports import Ledger
+from digest_pipeline.ports import Ledger, SecretFingerprints
 
 
 class SqlLedger(
     SqlSnapshots, SqlContent, SqlSuppressions, SqlCleaner, SqlReadModel, SqlMeasurements, Ledger
 ):
     """The `Ledger` port over an SQLAlchemy engine (schema from `engine.migrate`)."""
+
+    @property
+    def secret_fingerprints(self) -> SecretFingerprints:
+        return SqlSecretFingerprints(self._engine)
 
     def recipe(self) -> "Callable[[], Ledger] | None":
         # SQLite's work is this process's CPU and its writers take turns on one file lock: a

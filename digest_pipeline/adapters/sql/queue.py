@@ -111,7 +111,15 @@ def _starting(at: Any) -> dict[str, Any]:
 
 
 #: what starting an attempt writes, in the order both INSERT … SELECTs below select it
-_ATTEMPT_COLUMNS = ["operation_key", "number", "lease_token", "worker", "started_at", "duplicate"]
+_ATTEMPT_COLUMNS = [
+    "operation_key",
+    "number",
+    "lease_token",
+    "worker",
+    "started_at",
+    "duplicate",
+    "mailer",
+]
 
 
 def _start_on_pg() -> Any:
@@ -146,6 +154,7 @@ def _start_on_pg() -> Any:
         bindparam("s_worker", type_=attempts.c.worker.type),
         at,
         literal(False),
+        bindparam("s_mailer", type_=attempts.c.mailer.type),
     )
     return (
         insert(attempts)
@@ -167,6 +176,7 @@ def _attempts_from_items() -> Any:
             bindparam("a_worker", type_=attempts.c.worker.type),
             bindparam("a_now", type_=attempts.c.started_at.type),
             literal(False),
+            bindparam("a_mailer", type_=attempts.c.mailer.type),
         )
         .where(wi.c.operation_key.in_(bindparam("a_keys", expanding=True)))
         .order_by(wi.c.operation_key)
@@ -338,18 +348,20 @@ class SqlWorkQueue(SqlBase, WorkQueue):
         return [Claim(i, i.lease_token, owner, expires) for i in map(sql_rows.work_item, ordered)]
 
     def start_attempts(
-        self, claims: Sequence[Claim], now: datetime
+        self, claims: Sequence[Claim], now: datetime, *, mailer: str
     ) -> list[AttemptTicket | DigestError]:
         if not claims:
             return []
         with self._engine.begin() as conn:
-            return self._start(conn, claims, now)
+            return self._start(conn, claims, now, mailer)
 
     def record_and_start(
         self,
         results: Sequence[tuple[AttemptTicket, SendOutcome, Transition]],
         claims: Sequence[Claim],
         now: datetime,
+        *,
+        mailer: str,
     ) -> tuple[list[DigestError | None], list[AttemptTicket | DigestError]]:
         for _, _, t in results:
             check_transition(t.expected, t.target)
@@ -357,11 +369,11 @@ class SqlWorkQueue(SqlBase, WorkQueue):
             return [], []
         with self._engine.begin() as conn:
             errors = self._complete(conn, results) if results else []
-            tickets = self._start(conn, claims, now) if claims else []
+            tickets = self._start(conn, claims, now, mailer) if claims else []
         return errors, tickets
 
     def _start(
-        self, conn: Connection, claims: Sequence[Claim], now: datetime
+        self, conn: Connection, claims: Sequence[Claim], now: datetime, mailer: str
     ) -> list[AttemptTicket | DigestError]:
         """`start_attempts` in the caller's transaction."""
         numbers: dict[str, int] = {}
@@ -375,11 +387,12 @@ class SqlWorkQueue(SqlBase, WorkQueue):
                     "s_tokens": [c.token for c in chunk],
                     "s_now": now,
                     "s_worker": next(iter(owners)),
+                    "s_mailer": mailer,
                 }
                 for key, number, attempt_id in conn.execute(_START_ON_PG, params):
                     numbers[key], ids[key] = number, attempt_id
         else:
-            self._start_in_two_statements(conn, claims, now, numbers, ids)
+            self._start_in_two_statements(conn, claims, now, mailer, numbers, ids)
         missing = self._missing_or_lost(
             conn,
             [c.key for c in claims if str(c.key) not in numbers],
@@ -397,6 +410,7 @@ class SqlWorkQueue(SqlBase, WorkQueue):
         conn: Connection,
         claims: Sequence[Claim],
         now: datetime,
+        mailer: str,
         numbers: dict[str, int],
         ids: dict[str, int],
     ) -> None:
@@ -422,7 +436,12 @@ class SqlWorkQueue(SqlBase, WorkQueue):
             # token), in one statement a chunk: no multi-row VALUES text built per wave
             started = sorted(numbers)
             for keys in chunked(started, KEYS):
-                params = {"a_keys": keys, "a_worker": next(iter(owners)), "a_now": now}
+                params = {
+                    "a_keys": keys,
+                    "a_worker": next(iter(owners)),
+                    "a_now": now,
+                    "a_mailer": mailer,
+                }
                 ids.update(conn.execute(_ATTEMPTS_FROM_ITEMS, params).all())
             return
         rows = [
@@ -433,6 +452,7 @@ class SqlWorkQueue(SqlBase, WorkQueue):
                 "worker": c.owner,
                 "started_at": now,
                 "duplicate": False,
+                "mailer": mailer,
             }
             for c in claims
             if str(c.key) in numbers

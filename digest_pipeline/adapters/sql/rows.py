@@ -82,6 +82,7 @@ def attempt(r: Row) -> Attempt:
         detail=r["detail"],
         provider_message_id=r["provider_message_id"],
         duplicate=bool(r["duplicate"]),
+        mailer=r["mailer"],
     )
 
 

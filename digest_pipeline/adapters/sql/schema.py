@@ -182,6 +182,8 @@ attempts = Table(
     Column("detail", String(200)),
     Column("provider_message_id", String(255)),
     Column("duplicate", Boolean, nullable=False, default=False),
+    # the mailer that made the attempt (`Mailer.identity`); NULL: recorded before it was kept
+    Column("mailer", String(64)),
     UniqueConstraint("operation_key", "number"),
 )
 
@@ -322,6 +324,20 @@ demo_seed = Table(
     Column("singleton", Integer, primary_key=True, autoincrement=False),
     Column("seeded_at", UtcDateTime, nullable=False),
     CheckConstraint("singleton = 1", name="singleton"),
+)
+
+#: one row per purpose: the keyed fingerprint of the secret that signs what customers hold
+#: (never the secret), and after a rotation the previous one until its overlap ends (migration
+#: 0010, domain/fingerprints.py)
+secret_fingerprints = Table(
+    "secret_fingerprints",
+    metadata,
+    Column("purpose", String(32), primary_key=True),
+    Column("fingerprint", String(64), nullable=False),
+    Column("recorded_at", UtcDateTime, nullable=False),
+    Column("previous_fingerprint", String(64)),
+    Column("previous_until", UtcDateTime),
+    CheckConstraint("(previous_fingerprint IS NULL) = (previous_until IS NULL)", name="previous"),
 )
 
 #: a provider event names its message by the provider's id: find the attempt without a scan

@@ -27,6 +27,7 @@ from digest_pipeline.domain.periods import Period
 from digest_pipeline.instance import prepare_home
 from digest_pipeline.rigs.bootstrap import PROJECT_ROOT, open_rig_ledger
 from digest_pipeline.rigs.seeding import T0
+from digest_pipeline.rigs.servers.pg_cluster import throwaway_allowance
 from digest_pipeline.rigs.servers.provider_server import ProviderServer
 
 BIN = Path(sys.executable).parent
@@ -264,5 +265,6 @@ def provider_settings(
         "DIGEST_PROVIDER_URL": provider.url,
         "DIGEST_PROVIDER_API_KEY": provider.api_key,
         "DIGEST_DELIVERY_WINDOW_SECONDS": str(int(window.total_seconds())),
+        **throwaway_allowance(),
         **extra,
     }

@@ -1,8 +1,9 @@
 """The real `digest serve` console script as a subprocess on a free loopback port, for tests.
 
-It starts `digest serve --port 0` with the given `DIGEST_*` environment, reads the one line the
-command prints when it listens (so no waiting and no polling), and stops it with SIGINT, as a
-terminal's Ctrl-C would; `stopped()` returns its exit code and everything it wrote on stderr.
+It starts `digest serve --port 0` with the given `DIGEST_*` environment (and the test cluster's
+`DIGEST_ALLOW_NONDURABLE_LEDGER`, if set), reads the one line the command prints when it
+listens (so no waiting and no polling), and stops it with SIGINT, as a terminal's Ctrl-C would;
+`stopped()` returns its exit code and everything it wrote on stderr.
 """
 
 import os
@@ -15,6 +16,7 @@ from pathlib import Path
 from types import TracebackType
 
 from digest_pipeline.rigs.bootstrap import PROJECT_ROOT
+from digest_pipeline.rigs.servers.pg_cluster import throwaway_allowance
 
 DIGEST = Path(sys.executable).with_name("digest")
 _LISTENING = re.compile(r"listening on (http://\S+)")
@@ -25,7 +27,7 @@ class ServeProcess:
 
     def __init__(self, env: Mapping[str, str], *, start_timeout: float = 60.0) -> None:
         inherited = {k: v for k, v in os.environ.items() if not k.startswith("DIGEST_")}
-        self._env = {**inherited, **env}
+        self._env = {**inherited, **throwaway_allowance(), **env}
         self._start_timeout = start_timeout
         self._proc: subprocess.Popen[str] | None = None
         self._first_line = ""

@@ -37,7 +37,7 @@ from digest_pipeline.domain.model import (
 from digest_pipeline.domain.periods import OperationKey, Period
 from digest_pipeline.domain.states import DeliveryState
 from digest_pipeline.domain.transitions import LEASE_EXPIRED_BEFORE_ATTEMPT
-from digest_pipeline.ports import Ledger
+from digest_pipeline.ports import Ledger, SecretFingerprints
 from digest_pipeline.rigs.sim.faults import SimulatedCrash
 
 #: the detail `Deliverer` records when it gives back a claim whose lease ran out before it started
@@ -100,9 +100,9 @@ class ObservedLedger(Ledger):
         return claims
 
     def start_attempts(
-        self, claims: Sequence[Claim], now: datetime
+        self, claims: Sequence[Claim], now: datetime, *, mailer: str
     ) -> list[AttemptTicket | DigestError]:
-        started = self.inner.start_attempts(claims, now)
+        started = self.inner.start_attempts(claims, now, mailer=mailer)
         self.lost_races += sum(isinstance(s, LostRace) for s in started)
         return started
 
@@ -177,6 +177,10 @@ class ObservedLedger(Ledger):
 
     def holds_demo_data(self) -> bool:
         return self.inner.holds_demo_data()
+
+    @property
+    def secret_fingerprints(self) -> SecretFingerprints:
+        return self.inner.secret_fingerprints
 
     def suppressed_ids(self) -> frozenset[str]:
         return self.inner.suppressed_ids()
