@@ -17,6 +17,7 @@ from datetime import datetime
 from enum import StrEnum
 
 from digest_pipeline.domain.errors import LostRace, PossibleDuplicateRefused, ReplayRefused
+from digest_pipeline.domain.mailer_identity import describe_needed, foreign_mailers
 from digest_pipeline.domain.model import (
     Attempt,
     AuditEntry,
@@ -25,7 +26,6 @@ from digest_pipeline.domain.model import (
     LookupStatus,
     WorkItem,
 )
-from digest_pipeline.domain.mailer_identity import describe_needed, foreign_mailers
 from digest_pipeline.domain.periods import OperationKey, Period
 from digest_pipeline.domain.possible_sends import unsettled_uncertain_attempts
 from digest_pipeline.domain.states import REPLAYABLE, DeliveryState

@@ -15,6 +15,8 @@ from digest_pipeline.adapters.sql.ledger import SqlLedger
 from digest_pipeline.cli.context import os_user
 from digest_pipeline.domain.periods import Period
 from digest_pipeline.domain.states import DeliveryState
+from digest_pipeline.domain.unsubscribe import DEMO_UNSUBSCRIBE_SECRET
+from digest_pipeline.services.link_secrets import require_secret
 from digest_pipeline_tests.builders import seed_period
 from digest_pipeline_tests.cli.conftest import digest, dump
 
@@ -130,6 +132,8 @@ def test_a_sweep_leaves_a_missed_week_alone_and_says_so(seeded):
     engine = create_ledger_engine(seeded["DIGEST_DATABASE_URL"])
     try:
         seed_period(SqlLedger(engine), 3, period=MISSED, now=MISSED.ends_at)
+        # a sweep records its secret's fingerprint on first use; its refusal of the week is the point
+        require_secret(SqlLedger(engine), DEMO_UNSUBSCRIBE_SECRET, MISSED.ends_at, what="sweep")
     finally:
         engine.dispose()
     before = ledger_dump(seeded)

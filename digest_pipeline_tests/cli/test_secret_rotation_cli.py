@@ -18,7 +18,10 @@ from digest_pipeline_tests.cli.conftest import OS_USER, PRIVATE_SECRET
 
 NEW = "a-new-private-secret-for-cli-tests"
 OTHER = "another-private-secret-for-cli-tests"
-ROTATION_ENV = {"DIGEST_UNSUBSCRIBE_SECRET": NEW, "DIGEST_UNSUBSCRIBE_SECRET_PREVIOUS": PRIVATE_SECRET}
+ROTATION_ENV = {
+    "DIGEST_UNSUBSCRIBE_SECRET": NEW,
+    "DIGEST_UNSUBSCRIBE_SECRET_PREVIOUS": PRIVATE_SECRET,
+}
 
 
 def _one_line(run, command: str) -> str:
@@ -83,7 +86,8 @@ def test_a_rotation_moves_every_command_to_the_new_secret_and_is_audited(mixed):
         f"unsubscribe secret rotated: fingerprint {fingerprint(PRIVATE_SECRET)[:12]} -> "
         f"{fingerprint(NEW)[:12]}\n"
     )
-    assert PRIVATE_SECRET not in run.out + run.err and NEW not in run.out + run.err
+    assert PRIVATE_SECRET not in run.out + run.err
+    assert NEW not in run.out + run.err
     assert _recorded(mixed) == fingerprint(NEW)
     row = mixed.ledger.audit_log()[-1]
     assert (row.action, row.actor) == (ROTATE_ACTION, OS_USER)

@@ -72,9 +72,7 @@ def test_a_suppression_cancels_every_item_whose_attempt_has_not_started(ledger, 
     assert failed_invariants(ledger, W43, clock.now()) == []
 
 
-def test_no_attempt_starts_for_a_claim_whose_customer_was_suppressed_after_the_claim(
-    ledger, clock
-):
+def test_no_attempt_starts_for_a_claim_whose_customer_was_suppressed_after_the_claim(ledger, clock):
     """The race: claimed, then suppressed, then the worker starts its wave."""
     seed_period(ledger, 3, now=clock.now())
     claims = ledger.claim_due(clock.now(), "w1", LEASE, 3, W42)

@@ -64,7 +64,8 @@ def test_a_secret_other_than_the_recorded_one_fails_delivery_and_sends_nothing(w
     assert world.mailer.deliveries == []
     assert {i.state for i in world.ledger.items(W42)} == {DeliveryState.PENDING}
     record = world.ledger.secret_fingerprints.fingerprint_record(UNSUBSCRIBE)
-    assert record is not None and record.current == recorded
+    assert record is not None
+    assert record.current == recorded
 
 
 def test_a_short_secret_on_a_real_shops_ledger_fails_delivery(world_of):
@@ -85,4 +86,5 @@ def test_the_first_delivery_records_its_secrets_fingerprint(world_of):
     assert world.materialize().success
 
     record = world.ledger.secret_fingerprints.fingerprint_record(UNSUBSCRIBE)
-    assert record is not None and record.current == fingerprint("a-private-secret-0123")
+    assert record is not None
+    assert record.current == fingerprint("a-private-secret-0123")

@@ -20,7 +20,7 @@ from digest_pipeline.services.link_secrets import (
     secret_refusal,
     serve_secrets,
 )
-from digest_pipeline_tests.fakes import FakeLedger
+from digest_pipeline_tests.fakes import FakeLedger, FixedClock
 
 OLD, NEW, OTHER = "an-old-secret-of-some-length", "a-new-secret-of-some-length", "x" * 20
 EIGHT_WEEKS = timedelta(weeks=8)
@@ -33,10 +33,15 @@ def shop() -> FakeLedger:
     return ledger
 
 
-def _rotate(ledger, clock, new=NEW, previous=OLD, overlap=EIGHT_WEEKS, reason="scheduled"):
-    return rotate_secret(
-        ledger, new, previous, overlap, clock.now(), actor="alice", reason=reason
-    )
+def _rotate(
+    ledger: FakeLedger,
+    clock: FixedClock,
+    new: str = NEW,
+    previous: str | None = OLD,
+    overlap: timedelta = EIGHT_WEEKS,
+    reason: str = "scheduled",
+) -> Rotation:
+    return rotate_secret(ledger, new, previous, overlap, clock.now(), actor="alice", reason=reason)
 
 
 def _refused(call) -> str:
@@ -44,14 +49,17 @@ def _refused(call) -> str:
         call()
     line = str(e.value)
     assert "\n" not in line
-    assert OLD not in line and NEW not in line and OTHER not in line
+    assert OLD not in line
+    assert NEW not in line
+    assert OTHER not in line
     return line
 
 
 def test_the_first_process_records_its_secret_and_another_secret_is_refused(shop, clock):
     assert secret_refusal(shop, OLD, clock.now(), what="digest run") is None
     record = shop.secret_fingerprints.fingerprint_record(UNSUBSCRIBE)
-    assert record is not None and record.current == fingerprint(OLD)
+    assert record is not None
+    assert record.current == fingerprint(OLD)
 
     refusal = secret_refusal(shop, OTHER, clock.now(), what="delivery")
 
@@ -82,7 +90,8 @@ def test_a_rotation_moves_the_ledger_to_the_new_secret_with_an_audit_row(shop, c
     assert row.reason.startswith("scheduled [")
     assert secret_refusal(shop, NEW, clock.now(), what="digest run") is None
     old = secret_refusal(shop, OLD, clock.now(), what="digest run")
-    assert old is not None and "DIGEST_UNSUBSCRIBE_SECRET is the secret rotated out" in old
+    assert old is not None
+    assert "DIGEST_UNSUBSCRIBE_SECRET is the secret rotated out" in old
 
 
 @pytest.mark.parametrize(
@@ -143,6 +152,7 @@ def test_a_second_rotation_ends_the_first_ones_overlap(shop, clock):
     _rotate(shop, clock, new=OTHER, previous=NEW)
 
     record = shop.secret_fingerprints.fingerprint_record(UNSUBSCRIBE)
-    assert record is not None and record.previous == fingerprint(NEW)
+    assert record is not None
+    assert record.previous == fingerprint(NEW)
     wrong = _refused(lambda: serve_secrets(shop, OTHER, OLD, clock.now()))
     assert "DIGEST_UNSUBSCRIBE_SECRET_PREVIOUS" in wrong

@@ -59,4 +59,5 @@ def test_a_link_of_the_previous_secret_is_accepted_only_until_the_overlap_ends()
     assert secrets.secret_of("c-2", old_link, T0) is None  # another customer's token
     # a previous secret without a recorded overlap is never accepted
     assert LinkSecrets(NEW, OLD).secret_of("c-1", old_link, T0) is None
-    assert OLD not in repr(secrets) and NEW not in repr(secrets)
+    assert OLD not in repr(secrets)
+    assert NEW not in repr(secrets)
