@@ -478,8 +478,9 @@ class SuppressionList(ABC):
     def suppress(self, suppression: Suppression, note: str = "") -> bool:
         """Adds the customer to the list, once (the first reason wins), with an audit row.
 
-        In the same transaction their never-claimed items of every week end as `suppressed`
-        (`WorkQueue.cancel_suppressed`); an item already claimed is in flight and is left to its
+        In the same transaction their items of every week whose attempt has not started end as
+        `suppressed`: unclaimed ones, and claimed ones whose wave has not started (a start in
+        progress is waited for). An item whose attempt started is in flight and is left to its
         worker. `note` is the audit row's reason beside the suppression's own (an operator's
         text). False, and nothing written, when the customer was on the list already.
         """

@@ -43,8 +43,8 @@ def register(sub: Any) -> None:
             name,
             help=helps,
             description=f"{helps[0].upper()}{helps[1:]}. Later weeks' snapshots follow the "
-            "list; a suppression also cancels the customer's items not yet claimed, of every "
-            "week, to `suppressed`. Items already cancelled stay so when unsuppressed.",
+            "list; a suppression also cancels the customer's items whose attempt has not started, "
+            "of every week, to `suppressed`. Items already cancelled stay so when unsuppressed.",
         )
         p.add_argument("--customer", required=True, help="the customer id, e.g. customer-1842")
         p.add_argument("--reason", required=True, help="why: recorded in the audit row")

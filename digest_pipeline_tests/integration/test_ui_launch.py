@@ -49,7 +49,7 @@ from digest_pipeline.rigs.servers.webserver import (
     seed_week,
     wait_for_run,
 )
-from digest_pipeline_tests.conftest import W42, require_postgres_url
+from digest_pipeline_tests.conftest import W42, require_postgres_url, throwaway_allowance
 
 # digest run (~10 s) and `dagster dev` start-up (~15 s) are set up once for the module
 pytestmark = pytest.mark.timeout(600)
@@ -72,11 +72,15 @@ SNAPSHOT_ID = (
 
 
 def hermetic_environ() -> dict[str, str]:
-    """This process's environment without the caller's `DIGEST_*` settings (as conftest does)."""
+    """This process's environment without the caller's `DIGEST_*` settings (as conftest does).
+
+    The test cluster's declaration that it is a throwaway (fsync off) stays, as conftest keeps it.
+    """
+    kept = throwaway_allowance()
     return {
         k: v
         for k, v in os.environ.items()
-        if not (k.startswith("DIGEST_") and not k.startswith("DIGEST_TEST_"))
+        if not (k.startswith("DIGEST_") and not k.startswith("DIGEST_TEST_")) or k in kept
     }
 
 

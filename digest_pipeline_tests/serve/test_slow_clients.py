@@ -118,22 +118,22 @@ def _cut_off(ending: Ending, status: bytes = b"408") -> bool:
     )
 
 
-@pytest.fixture
-def short_site(sql_engine_factory: Callable[[str], Engine]) -> Iterator[Site]:
-    engine = sql_engine_factory("sqlite")
+def _site(engine: Engine, limits: ServeLimits) -> Iterator[Site]:
+    """`digest serve` with `limits` over a delivered two-customer week."""
     clock = FixedClock(T0)
     mailer, _ = deliver_week(engine, clock, 2, unknown=())
-    with running(engine, clock, mailer, SHORT) as site:
+    with running(engine, clock, mailer, limits) as site:
         yield site
+
+
+@pytest.fixture
+def short_site(sql_engine_factory: Callable[[str], Engine]) -> Iterator[Site]:
+    yield from _site(sql_engine_factory("sqlite"), SHORT)
 
 
 @pytest.fixture
 def capped_site(sql_engine_factory: Callable[[str], Engine]) -> Iterator[Site]:
-    engine = sql_engine_factory("sqlite")
-    clock = FixedClock(T0)
-    mailer, _ = deliver_week(engine, clock, 2, unknown=())
-    with running(engine, clock, mailer, CAPPED) as site:
-        yield site
+    yield from _site(sql_engine_factory("sqlite"), CAPPED)
 
 
 def test_a_client_trickling_its_request_head_is_disconnected(short_site):

@@ -122,6 +122,7 @@ class CeleryRig:
             "LANG": "C.UTF-8",
             "DAGSTER_HOME": str(folder / "dagster_home"),
             "DAGSTER_PG_URL": self.dagster_pg_url,
+            **throwaway_allowance(),
             **self.settings,
         }
         for name in drop:
