@@ -38,6 +38,7 @@ from digest_pipeline.adapters.sql.schema import (
     dead_letters,
     eligibility_snapshot,
     period_runs,
+    suppressions,
 )
 from digest_pipeline.domain.chunks import chunked
 from digest_pipeline.domain.errors import DigestError, LostRace, SnapshotMissing, UnknownWorkItem
@@ -94,8 +95,15 @@ def _update_values(t: Transition) -> dict[str, Any]:
 
 
 def _still_held(at: Any) -> tuple[ColumnElement[bool], ...]:
-    """An attempt may start only on a claim whose lease has not run out (`at`: value or param)."""
-    return (wi.c.state == DeliveryState.CLAIMED.value, wi.c.lease_expires_at > at)
+    """Whether an attempt may start: the claim's lease is live and its customer not suppressed.
+
+    `at` is a value or a parameter; the suppression list is read by its primary key.
+    """
+    return (
+        wi.c.state == DeliveryState.CLAIMED.value,
+        wi.c.lease_expires_at > at,
+        ~exists().where(suppressions.c.customer_id == wi.c.customer_id),
+    )
 
 
 def _starting(at: Any) -> dict[str, Any]:
@@ -393,10 +401,11 @@ class SqlWorkQueue(SqlBase, WorkQueue):
                     numbers[key], ids[key] = number, attempt_id
         else:
             self._start_in_two_statements(conn, claims, now, mailer, numbers, ids)
+        unstarted = [c for c in claims if str(c.key) not in numbers]
+        if unstarted:
+            self._end_suppressed_claims(conn, unstarted, now)
         missing = self._missing_or_lost(
-            conn,
-            [c.key for c in claims if str(c.key) not in numbers],
-            "lease lost before the attempt started",
+            conn, [c.key for c in unstarted], "no attempt started (lease lost or suppressed)"
         )
         return [
             AttemptTicket(ids[k], c.key, numbers[k], c.token, now)
@@ -404,6 +413,15 @@ class SqlWorkQueue(SqlBase, WorkQueue):
             else missing[k]
             for c in claims
         ]
+
+    def _end_suppressed_claims(
+        self, conn: Connection, claims: Sequence[Claim], now: datetime
+    ) -> None:
+        """Ends as `suppressed` those of `claims` (none started) whose customer is on the list.
+
+        In the transaction that refused to start them; `SqlSuppressions` does it, a queue
+        without the list has nothing to end.
+        """
 
     def _start_in_two_statements(
         self,

@@ -3,10 +3,11 @@
 It extends the work queue because a suppression and its cancellations are one transaction: the
 row goes in with `INSERT … ON CONFLICT DO NOTHING` (concurrent requests for one customer record
 it once) and the customer's items whose attempt has not started move to `suppressed` through the
-queue's guarded moves, with their audit rows, before it commits. The transaction that starts
-attempts checks the list too, so no attempt starts after a suppression has committed: whichever
-of the two locks an item first, the other sees what it did (on PostgreSQL the suppression waits
-for a start in progress, then reads its attempt in a statement of its own).
+queue's guarded moves, with their audit rows, before it commits. The guarded update that starts
+attempts checks the list too, and the claims it refuses for it end `suppressed` here, in its
+transaction; so no attempt starts after a suppression has committed: whichever of the two locks
+an item first, the other sees what it did (on PostgreSQL the suppression waits for a start in
+progress, then reads its attempt in a statement of its own).
 """
 
 from collections.abc import Sequence
@@ -20,7 +21,6 @@ from digest_pipeline.adapters.sql.queue import SqlWorkQueue
 from digest_pipeline.adapters.sql.rows import work_item
 from digest_pipeline.adapters.sql.schema import attempts, suppressions
 from digest_pipeline.domain.chunks import chunked
-from digest_pipeline.domain.errors import DigestError
 from digest_pipeline.domain.feedback import (
     SOURCE_LENGTH,
     Suppression,
@@ -28,7 +28,7 @@ from digest_pipeline.domain.feedback import (
     suppression_audit,
     unsuppression_audit,
 )
-from digest_pipeline.domain.model import AttemptTicket, Claim
+from digest_pipeline.domain.model import Claim
 from digest_pipeline.domain.periods import OperationKey, Period
 from digest_pipeline.domain.states import CLAIMABLE, DeliveryState
 from digest_pipeline.domain.transitions import cancelled_by_suppression, suppressible
@@ -78,14 +78,9 @@ class SqlSuppressions(SqlWorkQueue, SuppressionList):
         with self._engine.begin() as conn:
             return self._cancel(conn, now, period=period)
 
-    def _start(
-        self, conn: Connection, claims: Sequence[Claim], now: datetime, mailer: str
-    ) -> list[AttemptTicket | DigestError]:
-        """Ends the claims of suppressed customers, then starts the others' attempts.
-
-        In the transaction that starts them: an ended claim fails the start's guard (it is no
-        longer `claimed`) and gets its LostRace instead of a ticket.
-        """
+    def _end_suppressed_claims(
+        self, conn: Connection, claims: Sequence[Claim], now: datetime
+    ) -> None:
         held = [(str(c.key), c.token) for c in claims]
         rows: list[Any] = []
         for chunk in chunked(held, KEYS):
@@ -106,7 +101,6 @@ class SqlSuppressions(SqlWorkQueue, SuppressionList):
             if lost := self._apply_many(conn, moves):
                 # locked rows cannot lose their guard: a lost one is a bug
                 raise next(iter(lost.values()))
-        return super()._start(conn, claims, now, mailer)
 
     def _cancel(
         self,
