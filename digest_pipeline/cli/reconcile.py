@@ -1,7 +1,9 @@
 """`digest reconcile`: settle a period's `unknown` items now, on evidence only (design §2).
 
-It asks the ledger, then the configured mailer; what has no evidence stays `unknown` for
-`digest resolve`, and each move is audited as `system:reconcile` with its evidence.
+It asks the ledger, then the configured mailer (about the attempts that mailer made: one that
+another mailer made is left alone, and a line says which mailer it needs); what has no evidence
+stays `unknown` for `digest resolve`, and each move is audited as `system:reconcile` with its
+evidence.
 """
 
 import argparse
@@ -15,6 +17,7 @@ from digest_pipeline.cli.context import (
     parse_period,
     table,
 )
+from digest_pipeline.domain.periods import Period
 from digest_pipeline.services.reconcile import ReconcileReport, reconcile_period
 
 
@@ -45,7 +48,7 @@ def as_json(report: ReconcileReport) -> dict[str, object]:
     }
 
 
-def needs_mailer_lines(period: object, report: ReconcileReport, mailer: str) -> list[str]:
+def needs_mailer_lines(period: Period, report: ReconcileReport, mailer: str) -> list[str]:
     """One line per mailer the period's left-alone items need (here and in `digest sweep`)."""
     return [
         f"period {period}: {n} unknown item(s) left alone: an attempt that may have delivered "
