@@ -43,7 +43,7 @@ def run_seed(ctx: Context, args: argparse.Namespace) -> int:
     if not 1 <= args.customers <= MAX_CUSTOMERS:
         raise UsageError(f"--customers must be between 1 and {MAX_CUSTOMERS}")
     period = parse_period(ctx, args.period) if args.period else None
-    report = seed_demo(ctx.engine, customers=args.customers, seed=args.seed, now=ctx.clock.now())
+    report = seed_demo(ctx.engine, customers=args.customers, seed=args.seed, now=ctx.now())
     table(
         ctx,
         [

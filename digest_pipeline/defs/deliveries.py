@@ -80,9 +80,10 @@ def deliver_batch(
     delivery: DeliveryResource,
 ) -> dict[str, int]:
     """Claims and delivers up to one batch of the period's due items; returns only counts."""
-    refuse_public_secret(ledger, composer, clock)
     settings = delivery.settings()
+    # first: a refused step records nothing, not even the secret's first fingerprint
     refuse_nondurable_ledger(ledger, settings.allow_nondurable_ledger)
+    refuse_public_secret(ledger, composer, clock)
     deliverer = build_deliverer(
         ledger=ledger,
         mailer=mailer,

@@ -3,10 +3,10 @@
 A missed week (its window closed before any attempt) fails the step with the same one line
 `digest run` prints, so a UI or schedule run of it is red with the reason, never a quiet green.
 So does a week whose frozen snapshot changed after the freeze, a delivery whose links the
-public demo secret would sign on a real shop's ledger or a secret other than the one the ledger
-recorded, a ledger whose database can lose commits
-in a crash (`fsync`/`synchronous_commit` off), and a delivery the circuit breaker stopped:
-`refused` turns the services' named errors into a `dg.Failure` with their line.
+public demo secret (or a secret other than the one the ledger recorded) would sign, a ledger
+whose database can lose commits in a crash (`fsync`/`synchronous_commit` off), and a delivery
+the circuit breaker stopped: `refused` turns the services' named errors into a `dg.Failure`
+with their line.
 """
 
 from collections.abc import Iterator
