@@ -4,6 +4,31 @@ A suppression is one customer's "send me nothing more" (one-click unsubscribe, a
 complaint, an operator), kept by customer id only, never by address. A provider event is parsed
 from a Resend-style webhook body into one of five types, and `decide` says, from the type and the
 matched work item's state alone, what it does; the services record that decision.
+
+Every Resend email event, as read here (`RESEND_TYPES`), and what it does to a matched item:
+
+| Resend type                    | read as     | effect                                         |
+|--------------------------------|-------------|------------------------------------------------|
+| email.delivered                | DELIVERED   | settles an `unknown` item, confirms a sent one |
+| email.bounced Permanent        | HARD_BOUNCE | suppresses the customer (`hard_bounce`)        |
+| email.bounced with no type     | HARD_BOUNCE | the same: Resend's bounce is permanent         |
+| email.bounced Transient        | SOFT_BOUNCE | recorded only                                  |
+| email.bounced Undetermined     | SOFT_BOUNCE | recorded only (so is any other bounce type)    |
+| email.delivery_delayed         | SOFT_BOUNCE | recorded only: the provider is still retrying  |
+| email.complained               | COMPLAINT   | suppresses the customer (`complaint`)          |
+| email.suppressed               | HARD_BOUNCE | suppresses the customer (`hard_bounce`)        |
+| email.failed                   | OTHER       | recorded only                                  |
+| email.sent                     | OTHER       | recorded only                                  |
+| email.opened, email.clicked    | OTHER       | recorded only: digests are not tracked         |
+| any other type                 | OTHER       | recorded only                                  |
+
+A suppression is kept for good, so only a stated or implied permanent rejection earns one.
+`email.suppressed` means the address is on the provider's own suppression list: no digest sent
+through it will ever arrive. `email.failed` also comes for account-wide causes (API key, domain
+verification, quota), which must not cost a customer, and an invalid address is already refused
+by the send call itself (a 422, dead-lettered as permanent). `email.sent` settles nothing, as
+the stored types have no `sent`; a `delivered` event or reconciliation settles an `unknown`
+item. An event that matches no item is recorded `unmatched`.
 """
 
 import re
@@ -78,7 +103,7 @@ class FeedbackCounts:
 
     #: one-click unsubscribes recorded in `unsubscribe_window(period)`
     unsubscribes: int = 0
-    #: the week's items with a hard bounce event
+    #: the week's items with a hard bounce event (`email.suppressed` included)
     hard_bounces: int = 0
     #: the week's items with a spam complaint event
     complaints: int = 0
@@ -89,13 +114,13 @@ class EventType(StrEnum):
 
     #: the receiving server accepted the message (`email.delivered`)
     DELIVERED = "delivered"
-    #: permanently rejected (`email.bounced`, bounce type Permanent or none given)
+    #: permanently undeliverable (`email.bounced` Permanent or no type, `email.suppressed`)
     HARD_BOUNCE = "hard_bounce"
-    #: temporarily rejected (`email.bounced` Transient/Undetermined, `email.delivery_delayed`)
+    #: not delivered yet or not for sure (`email.bounced` of another type, `delivery_delayed`)
     SOFT_BOUNCE = "soft_bounce"
     #: the recipient marked it as spam (`email.complained`)
     COMPLAINT = "complaint"
-    #: any other type (sent, opened, clicked, …): recorded, nothing else
+    #: any other type (sent, failed, opened, clicked, …): recorded, nothing else
     OTHER = "other"
 
 
@@ -142,9 +167,10 @@ def decide(event_type: EventType, state: DeliveryState | None) -> Decision:
     """The effect of an event of `event_type` on a matched item in `state` (None: no match).
 
     Only `delivered` looks at the state: it settles an `unknown` item, confirms a sent one and
-    leaves any other alone. A hard bounce or complaint suppresses the customer whatever the
-    item's state: the event itself proves the provider took a digest for that customer (an item
-    may still read `unknown` or `claimed` because the provider's answer was lost).
+    leaves any other alone. A hard bounce (or `email.suppressed`) or complaint suppresses the
+    customer whatever the item's state: the event itself proves the provider took a digest for
+    that customer (an item may still read `unknown` or `claimed` because the provider's answer
+    was lost).
     """
     if state is None:
         return Decision.UNMATCHED
@@ -164,7 +190,7 @@ class ProviderEvent:
     """A webhook event as parsed: who sent it, its id, its type and what names the message."""
 
     provider: str
-    #: the provider's event id (`webhook-id`): an event is applied once per (provider, id)
+    #: the provider's event id (`svix-id` or `webhook-id`): applied once per (provider, id)
     event_id: str
     type: EventType
     #: the provider's id of the message (`data.email_id`), as the ledger stores it on attempts
@@ -210,13 +236,20 @@ class InvalidEvent(DigestError, ValueError):
     """A webhook body that is not a provider event the project can read (HTTP 400)."""
 
 
-#: Resend's types (with or without the `email.` prefix) and what they are here
-_TYPES = {
+#: Resend's email event types (with or without the `email.` prefix) and what they are here;
+#: `bounced` is read from its `data.bounce.type` (`_event_type`), any type not listed is OTHER
+RESEND_TYPES: dict[str, EventType] = {
+    "sent": EventType.OTHER,
     "delivered": EventType.DELIVERED,
-    "complained": EventType.COMPLAINT,
     "delivery_delayed": EventType.SOFT_BOUNCE,
+    "complained": EventType.COMPLAINT,
+    "suppressed": EventType.HARD_BOUNCE,
+    "failed": EventType.OTHER,
+    "opened": EventType.OTHER,
+    "clicked": EventType.OTHER,
 }
-_SOFT_BOUNCE_TYPES = frozenset({"transient", "undetermined"})
+#: the `data.bounce.type` of a permanent rejection (Resend passes on SES's names)
+_PERMANENT_BOUNCE = "permanent"
 #: the HTTP mailer's `operation_key` tag: the key with `:` replaced, as Resend tags allow
 _TAG_KEY = re.compile(r"digest_([0-9]{4}-W[0-9]{2})_([A-Za-z0-9._-]{1,128})")
 _MESSAGE_ID = re.compile(r"[A-Za-z0-9._:@<>+=/-]{1,255}")
@@ -261,13 +294,14 @@ def _carried_key(data: dict[str, Any]) -> OperationKey | None:
 def _event_type(name: str, data: dict[str, Any]) -> EventType:
     short = name.removeprefix("email.")
     if short != "bounced":
-        return _TYPES.get(short, EventType.OTHER)
+        return RESEND_TYPES.get(short, EventType.OTHER)
     bounce = data.get("bounce")
     kind = bounce.get("type") if isinstance(bounce, dict) else None
-    if isinstance(kind, str) and kind.lower() in _SOFT_BOUNCE_TYPES:
-        return EventType.SOFT_BOUNCE
-    # Resend sends `email.bounced` for permanent rejections; no type given is read as one
-    return EventType.HARD_BOUNCE
+    # Resend sends `email.bounced` for permanent rejections, so no type given is read as one;
+    # a stated type other than Permanent (Transient, Undetermined, a new name) suppresses nobody
+    if kind is None or (isinstance(kind, str) and kind.lower() == _PERMANENT_BOUNCE):
+        return EventType.HARD_BOUNCE
+    return EventType.SOFT_BOUNCE
 
 
 def parse_event(provider: str, event_id: str, payload: object) -> ProviderEvent:

@@ -1,9 +1,10 @@
 """Provider webhook signatures as Svix (and so Resend) sign them: HMAC-SHA256 with a timestamp.
 
-The signed text is `{webhook-id}.{webhook-timestamp}.{raw body}`; `webhook-signature` holds
-space-separated `v1,<base64>` entries (several during a key rotation). A request is accepted only
-when one entry matches one configured key (constant-time) and its timestamp lies within the
-replay window of `now`; `now` is handed in, never read here.
+The signed text is `{id}.{timestamp}.{raw body}`; the signature header holds space-separated
+`v1,<base64>` entries (several during a key rotation). The three values come from one header
+family, `svix-*` or `webhook-*` (`signed_request`). A request is accepted only when one entry
+matches one configured key (constant-time) and its timestamp lies within the replay window of
+`now`; `now` is handed in, never read here.
 """
 
 import base64
@@ -11,7 +12,7 @@ import binascii
 import hashlib
 import hmac
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
@@ -24,7 +25,7 @@ MIN_KEY_BYTES = 16
 DEFAULT_TOLERANCE = timedelta(minutes=5)
 #: what a provider's name may be: it is a URL segment and a column value
 PROVIDER_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,31}")
-#: what a `webhook-id` may be (Svix's `msg_…`): stored as the event id, so bounded and printable
+#: what an event id (`svix-id`, `webhook-id`) may be (Svix's `msg_…`): stored as the event id, so bounded and printable
 EVENT_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 _TIMESTAMP = re.compile(r"[0-9]{1,12}")
 
@@ -53,7 +54,7 @@ def parse_secret(raw: str) -> bytes:
 
 
 def signature(key: bytes, event_id: str, timestamp: int, body: bytes) -> str:
-    """One `v1,<base64>` entry of `webhook-signature` for this request."""
+    """One `v1,<base64>` entry of the signature header (`svix-signature`, `webhook-signature`)."""
     signed = f"{event_id}.{timestamp}.".encode() + body
     mac = hmac.new(key, signed, hashlib.sha256).digest()
     return "v1," + base64.b64encode(mac).decode()
@@ -74,12 +75,31 @@ class Verdict(StrEnum):
 
 @dataclass(frozen=True)
 class SignedRequest:
-    """The three headers of a signed request (None where absent) and its raw body."""
+    """The three signed values of a request (None where absent) and its raw body."""
 
     event_id: str | None
     timestamp: str | None
     signatures: str | None
     body: bytes
+
+
+#: the headers Svix sends to Resend's ordinary accounts (id, timestamp, signatures)
+SVIX_HEADERS = ("svix-id", "svix-timestamp", "svix-signature")
+#: the Standard Webhooks names Svix sends to white-label accounts; same values, same signing
+STANDARD_HEADERS = ("webhook-id", "webhook-timestamp", "webhook-signature")
+
+
+def signed_request(headers: Mapping[str, str], body: bytes) -> SignedRequest:
+    """The request's id, timestamp and signatures, read from one header family, and its body.
+
+    `headers` is looked up by lower-case name (Starlette's `Headers` matches any case). Any
+    `svix-*` header selects the `svix-*` trio, else `webhook-*` is read; the families are never
+    mixed, so a trio with a gap is MISSING rather than filled from the other family. A request
+    carrying both families is read from `svix-*` alone, the family Svix's own library prefers.
+    """
+    names = SVIX_HEADERS if any(name in headers for name in SVIX_HEADERS) else STANDARD_HEADERS
+    event_id, timestamp, signatures = (headers.get(name) for name in names)
+    return SignedRequest(event_id, timestamp, signatures, body)
 
 
 def verify(

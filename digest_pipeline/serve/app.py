@@ -3,10 +3,11 @@
 `POST /unsubscribe/{customer_id}?token=…` with the RFC 8058 body suppresses the customer (token
 403, body 400, unknown customer 404, in that order, so a forged link learns nothing); a `GET` of
 the same URL only shows a page with a button that makes that POST, since mail scanners follow
-links. `POST /events/{provider}` takes the provider's signed webhook (unknown provider 404,
-signature or replay window 401, body 400) and records the event once. Every refusal is decided
-before the ledger is touched; responses carry no customer data. The blocking ledger calls run
-on worker threads, a bounded number at a time (`ServeConfig.ledger_threads`).
+links. `POST /events/{provider}` takes the provider's signed webhook, under `svix-*` or
+`webhook-*` headers (unknown provider 404, signature or replay window 401, body 400), and records
+the event once. Every refusal is decided before the ledger is touched; responses carry no
+customer data. The blocking ledger calls run on worker threads, a bounded number at a time
+(`ServeConfig.ledger_threads`).
 """
 
 import functools
@@ -29,7 +30,7 @@ from digest_pipeline.adapters.sql.engine import LedgerDatabaseError
 from digest_pipeline.domain.errors import DigestError
 from digest_pipeline.domain.feedback import InvalidEvent, parse_event
 from digest_pipeline.domain.unsubscribe import LinkSecrets
-from digest_pipeline.domain.webhooks import DEFAULT_TOLERANCE, SignedRequest, Verdict, verify
+from digest_pipeline.domain.webhooks import DEFAULT_TOLERANCE, Verdict, signed_request, verify
 from digest_pipeline.ports import Clock, FeedbackStore, ReadModel, WorkQueue
 from digest_pipeline.serve import pages
 from digest_pipeline.serve.forms import is_one_click
@@ -146,12 +147,7 @@ class _Endpoints:
         if not keys:
             return _json({"error": "unknown_provider"}, 404)
         body = await request.body()
-        signed = SignedRequest(
-            request.headers.get("webhook-id"),
-            request.headers.get("webhook-timestamp"),
-            request.headers.get("webhook-signature"),
-            body,
-        )
+        signed = signed_request(request.headers, body)
         verdict = verify(signed, keys, self._clock.now(), self._config.webhook_tolerance)
         if verdict is not Verdict.ACCEPTED or signed.event_id is None:
             log_event("webhook_refused", logging.WARNING, provider=provider, why=verdict.value)

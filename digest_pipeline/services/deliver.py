@@ -23,6 +23,7 @@ from contextlib import nullcontext
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from digest_pipeline.domain.bounces import hard_bounce
 from digest_pipeline.domain.breaker import Breaker, as_retryable
 from digest_pipeline.domain.errors import (
     BreakerOpen,
@@ -444,6 +445,12 @@ class Deliverer:
                 raise error
             log_event("lost_race", logging.WARNING, key=claim.key, step="record", why=error)
             return LOST_RACE
+        if outcome is not None and (
+            bounce := hard_bounce(claim.key.customer_id, outcome, transition.at)
+        ):
+            # next week's snapshot leaves the customer out, and their other weeks' items whose
+            # attempt has not started end `suppressed` with it
+            self.ledger.suppress(bounce)
         # A plain `sent` is the common case: per item only at DEBUG, so a week of 100,000
         # sends does not become 100,000 rows in Dagster's event log; everything else is INFO.
         routine = transition.target is DeliveryState.SENT and (
