@@ -11,7 +11,6 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
-from svix.webhooks import Webhook
 
 from digest_pipeline.domain.feedback import EventOutcome, EventType, SuppressionReason
 from digest_pipeline.domain.states import DeliveryState
@@ -20,6 +19,7 @@ from digest_pipeline.rigs.servers.provider_server import webhook_payload
 from digest_pipeline_tests.builders import failed_invariants, key_of, state_of
 from digest_pipeline_tests.conftest import W42
 from digest_pipeline_tests.serve.conftest import WEBHOOK_SECRET
+from digest_pipeline_tests.svix_signing import svix_headers as signed_by_svix
 
 FAMILIES = pytest.mark.parametrize(
     "names", [SVIX_HEADERS, STANDARD_HEADERS], ids=["svix-headers", "webhook-headers"]
@@ -35,14 +35,8 @@ def svix_headers(
     secret: str = WEBHOOK_SECRET,
 ) -> dict[str, str]:
     """The headers Svix sends, named `names`, with a signature made by Svix's library."""
-    id_name, stamp_name, signature_name = names
-    # svix's wrapper is typed `str` and signs a str as its UTF-8 bytes: the same bytes
-    return {
-        id_name: event_id,
-        stamp_name: str(int(at.timestamp())),
-        signature_name: Webhook(secret).sign(event_id, at, body.decode()),
-        "content-type": "application/json",
-    }
+    signed = signed_by_svix(names, event_id, body, at, secret)
+    return {**signed, "content-type": "application/json"}
 
 
 def post(site, payload: dict[str, Any], names=SVIX_HEADERS, event_id="msg_2mXa", **signing):

@@ -20,6 +20,7 @@ from digest_pipeline.domain.webhooks import (
     verify,
 )
 from digest_pipeline.rigs.servers.provider_server import signed_headers
+from digest_pipeline_tests.svix_signing import svix_headers
 
 NOW = datetime(2026, 10, 19, 6, 0, tzinfo=UTC)
 SECRET = "whsec_" + base64.b64encode(b"s" * 32).decode()
@@ -36,13 +37,7 @@ def svix_signed(
     body: bytes = BODY,
 ) -> dict[str, str]:
     """Headers named `names` carrying a signature made by Svix's library."""
-    id_name, stamp_name, signature_name = names
-    # svix's wrapper is typed `str` and signs a str as its UTF-8 bytes: the same bytes
-    return {
-        id_name: event_id,
-        stamp_name: str(int(at.timestamp())),
-        signature_name: Webhook(secret).sign(event_id, at, body.decode()),
-    }
+    return svix_headers(names, event_id, body, at, secret)
 
 
 def check(headers: dict[str, str], body: bytes = BODY, now: datetime = NOW) -> Verdict:
