@@ -12,13 +12,13 @@ import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
-from email.policy import SMTP
 from pathlib import Path
 from typing import TypeVar
 
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
+from digest_pipeline.dkim_settings import DkimSettings, read_dkim, sender_address
 from digest_pipeline.domain.breaker import DEFAULT_THRESHOLD
 from digest_pipeline.domain.durability import ALLOW_VARIABLE
 from digest_pipeline.domain.errors import DigestError, InvalidPolicy
@@ -106,6 +106,8 @@ class SmtpSettings:
     password: str | None = field(repr=False)
     security: str
     timeout_seconds: float
+    #: `DIGEST_DKIM_*`: the key the mailer signs with (dkim_settings.py); None: unsigned
+    dkim: DkimSettings | None = None
 
 
 @dataclass(frozen=True)
@@ -211,20 +213,6 @@ def _whole_number(env: Mapping[str, str], name: str, default: int) -> int:
     return _read(env, name, default, _whole(name))
 
 
-def _sender(raw: str) -> str:
-    """One address as a From header holds it: `digest@shop.example` or `Shop <digest@…>`."""
-    try:
-        header = SMTP.header_factory("From", raw)
-        ok = len(header.addresses) == 1 and not header.defects
-        ok = ok and bool(header.addresses[0].username and header.addresses[0].domain)
-    except Exception:
-        # the email package's parser crashes (IndexError, AttributeError, …) on some inputs
-        ok = False
-    if not ok:
-        raise ValueError("must be one email address, e.g. digest@shop.example")
-    return raw
-
-
 def _number(value: float) -> str:
     return f"{value:g}" if value < 1e6 else f"{value:.0f}"
 
@@ -328,7 +316,7 @@ def _choice(options: tuple[str, ...]) -> Callable[[str], str]:
     return parse
 
 
-def _smtp(env: Mapping[str, str], required: bool) -> SmtpSettings | None:
+def _smtp(env: Mapping[str, str], required: bool, sender: str) -> SmtpSettings | None:
     host = env.get("DIGEST_SMTP_HOST", "").strip()
     if not host:
         if required:
@@ -345,7 +333,15 @@ def _smtp(env: Mapping[str, str], required: bool) -> SmtpSettings | None:
         timeout_seconds=_duration(
             env, "DIGEST_SMTP_TIMEOUT_SECONDS", timedelta(seconds=30)
         ).total_seconds(),
+        dkim=_dkim(env, sender),
     )
+
+
+def _dkim(env: Mapping[str, str], sender: str) -> DkimSettings | None:
+    try:
+        return read_dkim(env, sender)
+    except ValueError as e:  # its message names the variable
+        raise InvalidSetting(str(e)) from e
 
 
 def _provider(env: Mapping[str, str], required: bool) -> ProviderSettings | None:
@@ -401,12 +397,13 @@ def load_settings(env: Mapping[str, str], root: Path) -> Settings:
     except InvalidPolicy as e:
         raise InvalidSetting(f"retry settings: {e}") from e
     mailer = _read(env, "DIGEST_MAILER", "outbox", _choice(MAILERS))
+    # checked here, so a bad sender stops the run at start instead of failing every item
+    sender = _read(env, "DIGEST_FROM_ADDRESS", "digest@example.com", sender_address)
     return Settings(
         database_url=_database_url(env, default_database_url(root)),
         mailer=mailer,
         outbox_dir=_read(env, "DIGEST_OUTBOX_DIR", root / ".digest" / "outbox", Path),
-        # checked here, so a bad sender stops the run at start instead of failing every item
-        from_address=_read(env, "DIGEST_FROM_ADDRESS", "digest@example.com", _sender),
+        from_address=sender,
         policy=policy,
         batch_size=whole("DIGEST_BATCH_SIZE", DEFAULT_BATCH_SIZE),
         concurrency=whole("DIGEST_CONCURRENCY", DEFAULT_CONCURRENCY[mailer]),
@@ -418,7 +415,7 @@ def load_settings(env: Mapping[str, str], root: Path) -> Settings:
         # (domain/unsubscribe.py), or anyone could forge every customer's link.
         unsubscribe_secret=_read(env, "DIGEST_UNSUBSCRIBE_SECRET", DEMO_UNSUBSCRIBE_SECRET, str),
         unsubscribe_secret_previous=_read(env, "DIGEST_UNSUBSCRIBE_SECRET_PREVIOUS", None, str),
-        smtp=_smtp(env, required=mailer == "smtp"),
+        smtp=_smtp(env, mailer == "smtp", sender),
         provider=_provider(env, required=mailer == "http"),
         operators=frozenset(
             name.strip() for name in env.get("DIGEST_OPERATORS", "").split(",") if name.strip()

@@ -75,6 +75,8 @@ class Received:
     mail_from: str
     rcpt_tos: tuple[str, ...]
     raw: bytes
+    #: MAIL FROM's parameters, upper-cased by aiosmtpd: `("BODY=8BITMIME",)`
+    mail_options: tuple[str, ...] = ()
 
 
 def loopback_settings(port: int, **overrides: Any) -> SmtpSettings:
@@ -108,14 +110,20 @@ class SmtpPeer:
         tls: ssl.SSLContext | None = None,
         implicit_tls: bool = False,
         credentials: tuple[str, str] | None = None,
+        eight_bit: bool = True,
     ) -> None:
+        """`eight_bit=False`: EHLO does not offer 8BITMIME (aiosmtpd's `decode_data`)."""
         self.port = _free_port()
         self._lock = threading.Lock()
         self._messages: list[Received] = []
         self._scripts: dict[str, list[Any]] = {}
         self._servers: list[SMTP] = []
         self._credentials = credentials
-        kwargs: dict[str, Any] = {"server_hostname": "peer.test", "ready_timeout": 5.0}
+        kwargs: dict[str, Any] = {
+            "server_hostname": "peer.test",
+            "ready_timeout": 5.0,
+            "decode_data": not eight_bit,
+        }
         if tls is not None and implicit_tls:
             kwargs["ssl_context"] = tls
         elif tls is not None:
@@ -231,7 +239,9 @@ class _Handler:
         if isinstance(action, Reply):
             return action.line(envelope.rcpt_tos[0])
         raw = envelope.original_content or b""
-        self._peer._store(Received(envelope.mail_from, tuple(envelope.rcpt_tos), bytes(raw)))
+        options = tuple(envelope.mail_options)
+        received = Received(envelope.mail_from, tuple(envelope.rcpt_tos), bytes(raw), options)
+        self._peer._store(received)
         if isinstance(action, DropAfterBody):
             server.transport.abort()  # connection_lost cancels this task during the sleep
             await asyncio.sleep(3600)

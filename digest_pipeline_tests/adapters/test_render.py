@@ -26,6 +26,8 @@ EXPECTED_HEADERS = {
     "X-Digest-Operation-Key",
     "List-Unsubscribe",
     "List-Unsubscribe-Post",
+    "List-Id",
+    "Feedback-ID",
     "Date",
     "MIME-Version",
     "Content-Type",

@@ -94,6 +94,9 @@ class _WirePolicy(EmailPolicy):
 _REGISTRY = _HeaderClasses()
 #: SMTP's policy (CRLF, 8-bit parts) with lines up to RFC 5322's limit
 WIRE = _WirePolicy(linesep="\r\n", max_line_length=MAX_LINE, header_factory=_REGISTRY)
+#: `WIRE` for a relay without 8BITMIME (RFC 6152): a part that is not ASCII is quoted-printable
+#: or base64, whichever is shorter, so every byte sent is 7-bit
+SEVEN_BIT = WIRE.clone(cte_type="7bit")
 
 # Exactly the boundaries `str.splitlines()` knows: `email.policy` refuses a header value holding
 # one of them, and a receiver may read CR or LF as the start of a new header.
@@ -154,10 +157,13 @@ def _name_the_header(message: Message, fields: tuple[tuple[str, str], ...]) -> N
     raise RenderError(f"{message.key}: a header cannot be sent")  # the checks above disagree
 
 
-def build_mime(message: Message) -> EmailMessage:
-    """The message with From/To/Subject, the composer's headers, and both parts."""
+def build_mime(message: Message, *, seven_bit: bool = False) -> EmailMessage:
+    """The message with From/To/Subject, the composer's headers, and both parts.
+
+    A part is 8bit when it is not ASCII, unless `seven_bit` asks for a transfer encoding.
+    """
     check_message(message)
-    mime = EmailMessage(policy=WIRE)
+    mime = EmailMessage(policy=SEVEN_BIT if seven_bit else WIRE)
     mime["From"] = message.sender
     mime["To"] = message.recipient
     mime["Subject"] = message.subject
@@ -183,13 +189,14 @@ def _boundary(message: Message) -> str | None:
     return None if line in message.text or line in (message.html or "") else boundary
 
 
-def to_bytes(message: Message) -> bytes:
+def to_bytes(message: Message, *, seven_bit: bool = False) -> bytes:
     """The wire form (CRLF line endings, as SMTP and Maildir readers expect).
 
-    Raises RenderError, and nothing else, for a message that cannot be serialised.
+    `seven_bit`: every byte is ASCII, for a relay that does not offer 8BITMIME. Raises
+    RenderError, and nothing else, for a message that cannot be serialised.
     """
     try:
-        return build_mime(message).as_bytes()
+        return build_mime(message, seven_bit=seven_bit).as_bytes()
     except RenderError:
         raise
     except Exception as e:

@@ -1,6 +1,7 @@
 """The digest as customers see it: subject, preheader, text and HTML parts from Jinja2 templates.
 
-It sets the headers every digest carries (design §7, RFC 8058 one-click unsubscribe). Anything
+It sets the headers every digest carries (design §7, RFC 8058 one-click unsubscribe, an RFC 2919
+List-Id and a Feedback-ID, both named after the sender's domain and never a customer). Anything
 that cannot become a safe message raises RenderError with a one-line reason naming the operation
 key, never the address or content, so delivery records a permanent failure for that item. A
 refused pick is named by its row position, its product id and the field (`digest row 2 (product
@@ -15,7 +16,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal, InvalidOperation
 from email.headerregistry import Address
-from email.utils import format_datetime
+from email.utils import format_datetime, parseaddr
 from functools import lru_cache, partial
 from types import MappingProxyType
 from typing import Any
@@ -45,6 +46,12 @@ _PICK_TEMPLATES = ("pick.html.j2", "pick.txt.j2")
 _PICK_BLOCKS_KEPT = 4096
 #: the longest customer id there can be (periods.validate_customer_id), for the settings probe
 _PROBE_KEY = OperationKey(FIRST_PERIOD, "x" * 128)
+#: RFC 2919 list-label and phrase: the same for every week, so a receiver's filters and
+#: reputation follow one list for as long as the sender's domain stays the same
+LIST_LABEL = "weekly-digest"
+LIST_PHRASE = "Weekly digest"
+#: a hostname of one label or more (RFC 2919 allows the bare `localhost`), ASCII after IDNA
+_HOSTNAME = re.compile(r"[a-z0-9](?:[a-z0-9-]*[a-z0-9])?(?:\.[a-z0-9](?:[a-z0-9-]*[a-z0-9])?)*")
 
 
 def _one_line(text: str, limit: int | None = None) -> str:
@@ -78,12 +85,39 @@ def _parses_as_one_address(recipient: str) -> bool:
     return bool(address.username and address.domain) and address.addr_spec == recipient
 
 
-def _headers(key: OperationKey, unsubscribe: str, now: datetime) -> tuple[tuple[str, str], ...]:
+def _sender_domain(sender: str) -> str | None:
+    """The sender address's domain as an ASCII hostname (IDNA), or None if it has none."""
+    try:
+        domain = parseaddr(sender)[1].rpartition("@")[2].lower()
+        ascii_domain = domain.encode("idna").decode("ascii")
+    except Exception:
+        # UnicodeError for a label IDNA refuses; the parser may crash on malformed input
+        return None
+    return ascii_domain if _HOSTNAME.fullmatch(ascii_domain) else None
+
+
+def _list_headers(key: OperationKey, domain: str | None) -> tuple[tuple[str, str], ...]:
+    if domain is None:
+        return ()
+    return (
+        # RFC 2919 §3: a phrase and `<list-label.namespace>`, the namespace a domain the
+        # sender controls, so no one else can claim the same id
+        ("List-Id", f"{LIST_PHRASE} <{LIST_LABEL}.{domain}>"),
+        # Gmail's `CampaignId:CustomerId:Other:SenderId`: the week is the campaign, so its
+        # complaint rate is reported per week; nothing in it names a recipient
+        ("Feedback-ID", f"{key.period}:digest:weekly:{domain}"),
+    )
+
+
+def _headers(
+    key: OperationKey, unsubscribe: str, now: datetime, domain: str | None
+) -> tuple[tuple[str, str], ...]:
     return (
         ("Message-ID", message_id_for(key)),
         ("X-Digest-Operation-Key", str(key)),
         ("List-Unsubscribe", f"<{unsubscribe}>"),
         ("List-Unsubscribe-Post", "List-Unsubscribe=One-Click"),
+        *_list_headers(key, domain),
         ("Date", _date(now.replace(microsecond=0))),
     )
 
@@ -228,6 +262,7 @@ class Jinja2Composer(Composer):
         for name, template in self._templates.items():
             template.globals = self._globals[name]
         self._sender = sender
+        self._domain = _sender_domain(sender)
         # Formatted once here so a template with unknown fields fails at startup, not per item.
         unsubscribe_url.format(customer_id="c", token="t")
         self._unsubscribe_url = unsubscribe_url
@@ -267,7 +302,7 @@ class Jinja2Composer(Composer):
             subject=subject,
             text=text,
             html=html,
-            headers=_headers(key, context["unsubscribe_url"], now),
+            headers=_headers(key, context["unsubscribe_url"], now, self._domain),
         )
         # Only the cheap checks: serialising here costs about 0.6 ms, seven times the rendering,
         # and every mailer that serialises does so anyway, before anything leaves, turning a
@@ -342,20 +377,23 @@ class Jinja2Composer(Composer):
         """Why the sender, the unsubscribe link or the shop's name cannot be in a message, if so.
 
         The shop's name is in the parts, which compose does not check per message. The others
-        are the same for every item, and the other per-item header parts (customer id,
-        token, Message-ID digest, date) come from fixed alphabets, so one serialisation at the
+        are the same for every item, and the other per-item header parts (customer id, token,
+        Message-ID digest, date, week) come from fixed alphabets, so one serialisation at the
         longest customer id answers for every message; To and Subject are checked per item.
         """
         if not encodable(self._shop_name):
             return "the shop name is not valid Unicode"
         unsubscribe = self._unsubscribe(_PROBE_KEY.customer_id)
-        headers = _headers(_PROBE_KEY, unsubscribe, datetime(2026, 1, 5, tzinfo=UTC))
+        probe_time = datetime(2026, 1, 5, tzinfo=UTC)
+        headers = _headers(_PROBE_KEY, unsubscribe, probe_time, self._domain)
         probe = Message(_PROBE_KEY, "probe@example.invalid", self._sender, "p", "p", None, headers)
         try:
             to_bytes(probe)
         except RenderError:
             # Each item then fails as it did when compose serialised every message.
             return "the sender or the unsubscribe link cannot be serialised"
+        if self._domain is None:
+            return "the sender's domain cannot name the list (List-Id, Feedback-ID)"
         return None
 
 

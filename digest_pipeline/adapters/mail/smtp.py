@@ -2,7 +2,9 @@
 
 SMTP has no idempotency key and no lookup, so what matters is telling "the relay never took the
 message" from "it may have": only a timeout or drop after the body's terminating dot reached the
-socket, before the final reply, is `unknown` (design §2) and goes to the operator.
+socket, before the final reply, is `unknown` (design §2) and goes to the operator. The bytes
+sent are 7-bit unless the relay offers 8BITMIME (RFC 6152), and a configured DKIM key signs
+exactly those bytes (RFC 6376); the HTTP provider path leaves both to the provider.
 """
 
 import contextlib
@@ -16,7 +18,10 @@ from collections.abc import Callable
 from email.utils import parseaddr
 from functools import partial
 
+import dkim  # type: ignore[import-untyped]  # dkimpy ships no type information
+
 from digest_pipeline.adapters.mail.mime import to_bytes
+from digest_pipeline.dkim_settings import DkimSettings
 from digest_pipeline.domain.errors import RenderError
 from digest_pipeline.domain.failures import FailureClass, SendOutcome
 from digest_pipeline.domain.mailer_identity import mailer_identity
@@ -40,6 +45,22 @@ _LOG_FORMAT = "event=smtp_send_failed key=%s stage=%s failure_class=%s detail=%s
 # | refused/reset/timeout, TLS error, drop           | before the dot      | transient |
 # | timeout or drop with no final reply              | after the dot       | unknown   |
 THROTTLING = frozenset({452, 454})
+#: the headers the DKIM signature covers, each also when absent, so a relay cannot add one
+#: (RFC 6376 §5.4: a name listed once more than it occurs signs its absence)
+SIGNED_HEADERS = (
+    "From",
+    "To",
+    "Subject",
+    "Date",
+    "Message-ID",
+    "List-Unsubscribe",
+    "List-Unsubscribe-Post",
+    "MIME-Version",
+    "Content-Type",
+    "X-Digest-Operation-Key",
+)
+# dkimpy logs the signed headers at debug level, addresses included: this logger drops them
+_DKIM_LOG = logging.Logger("digest_pipeline.dkim_quiet", level=logging.CRITICAL + 1)
 _ENHANCED = re.compile(rb"\s*([245])\.\d{1,3}\.\d{1,3}(?=\s|$)")
 _CONNECT_ERRORS = (  # most specific first: SSLCertVerificationError is an SSLError
     (ConnectionRefusedError, "connect_refused"),
@@ -111,6 +132,21 @@ def _dot_stuffed(payload: bytes) -> bytes:
     return body + (b"" if body.endswith(b"\r\n") else b"\r\n") + b".\r\n"
 
 
+def _signed(payload: bytes, key: DkimSettings) -> bytes:
+    """`payload` with a DKIM-Signature header first, over the bytes exactly as they are sent."""
+    header: bytes = dkim.sign(
+        payload,
+        key.selector.encode("ascii"),
+        key.domain.encode("ascii"),
+        key.private_key,
+        canonicalize=(b"relaxed", b"relaxed"),
+        signature_algorithm=key.algorithm,
+        include_headers=[name.encode("ascii") for name in SIGNED_HEADERS],
+        logger=_DKIM_LOG,
+    )
+    return header + payload
+
+
 def _logged(
     key: str, stage: str, outcome: SendOutcome, error: BaseException | None = None
 ) -> SendOutcome:
@@ -168,7 +204,12 @@ class SmtpMailer(Mailer):
         try:
             conn = self._connection()
             stage = "mail"
-            _expect(conn.mail(sender), 200, 299)
+            eight_bit = not payload.isascii()
+            if eight_bit and not conn.has_extn("8bitmime"):
+                payload, eight_bit = to_bytes(message, seven_bit=True), False
+            if self._settings.dkim is not None:
+                payload = _signed(payload, self._settings.dkim)
+            _expect(conn.mail(sender, ["BODY=8BITMIME"] if eight_bit else []), 200, 299)
             stage = "rcpt"
             _expect(conn.rcpt(message.recipient), 200, 299)
             stage = "data"
@@ -181,6 +222,11 @@ class SmtpMailer(Mailer):
             if reply[0] // 100 not in (2, 4, 5):  # not a reply at all: acceptance unknown
                 raise smtplib.SMTPResponseException(*reply)
             _expect(reply, 200, 299)
+        except (RenderError, dkim.DKIMException) as e:  # nothing of this transaction has left
+            # the same key fails every message: the breaker stops the run on the repeated code
+            detail = "render_error" if isinstance(e, RenderError) else "smtp:dkim_error"
+            outcome = SendOutcome.failed(FailureClass.PERMANENT, detail)
+            return _logged(idempotency_key, "render", outcome, e.__cause__ or e)
         except _Stop as stop:
             if stop.code in (None, 421) or conn is None or not _replies_250(conn, "rset"):
                 self._discard(conn)
