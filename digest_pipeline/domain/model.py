@@ -4,6 +4,7 @@ They are plain values; the ledger adapters build them from rows and the fakes ke
 """
 
 import hashlib
+import hmac
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -291,8 +292,22 @@ def key_digest(key: OperationKey) -> str:
 
 
 def message_id_for(key: OperationKey, domain: str = "digest.invalid") -> str:
-    """A `Message-ID` stable across retries, so receivers can spot a duplicate (RFC 5322 §3.6.4)."""
+    """A `Message-ID` stable across retries, so receivers can spot a duplicate (RFC 5322 §3.6.4).
+
+    Unkeyed, so anyone who knows the key can compute it: the simulator and the test fakes use it,
+    and the product composer uses `keyed_message_id`.
+    """
     return f"<{key_digest(key)}@{domain}>"
+
+
+def keyed_message_id(key: OperationKey, id_key: bytes, domain: str) -> str:
+    """A `Message-ID` stable across retries of `key` that only the holder of `id_key` can name.
+
+    32 hex digits of HMAC-SHA256 over the key: another install, or anyone who knows a customer
+    id, cannot compute it, and it shows neither the customer id nor `key_digest(key)`.
+    """
+    digest = hmac.new(id_key, str(key).encode(), hashlib.sha256).hexdigest()[:32]
+    return f"<{digest}@{domain}>"
 
 
 class LookupStatus(StrEnum):

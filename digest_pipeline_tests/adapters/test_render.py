@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 
 from digest_pipeline.adapters.mail.mime import to_bytes
-from digest_pipeline.adapters.mail.render import Jinja2Composer, unsubscribe_token
+from digest_pipeline.adapters.mail.render import Jinja2Composer, message_id_key, unsubscribe_token
 from digest_pipeline.domain.errors import RenderError
-from digest_pipeline.domain.model import DigestRow, Message, WorkItem, message_id_for
+from digest_pipeline.domain.model import DigestRow, Message, WorkItem, keyed_message_id
 from digest_pipeline.domain.periods import OperationKey
 from digest_pipeline.domain.states import DeliveryState
 from digest_pipeline_tests.conftest import T0, W42
@@ -96,7 +96,9 @@ def test_the_message_is_multipart_alternative_with_every_digest_header() -> None
     assert parsed.get_content_type() == "multipart/alternative"
     assert [p.get_content_type() for p in parsed.iter_parts()] == ["text/plain", "text/html"]
     assert set(parsed.keys()) == EXPECTED_HEADERS
-    assert parsed["Message-ID"] == message_id_for(item.key)
+    assert parsed["Message-ID"] == keyed_message_id(
+        item.key, message_id_key("s3cret"), "example.com"
+    )
     assert parsed["X-Digest-Operation-Key"] == "digest:2026-W42:customer-0001"
     assert parsed["To"] == RECIPIENT
     assert parsed["From"] == "digest@example.com"

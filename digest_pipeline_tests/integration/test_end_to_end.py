@@ -8,8 +8,8 @@ import email
 import email.policy
 
 from digest_pipeline.adapters.mail.outbox import OutboxMailer
-from digest_pipeline.adapters.mail.render import Jinja2Composer
-from digest_pipeline.domain.model import CleanupMode, message_id_for
+from digest_pipeline.adapters.mail.render import Jinja2Composer, message_id_key
+from digest_pipeline.domain.model import CleanupMode, keyed_message_id
 from digest_pipeline.domain.states import DeliveryState
 from digest_pipeline.services.cleanup import clean_period
 from digest_pipeline.services.deliver import deliver_due
@@ -41,7 +41,8 @@ def test_a_period_delivers_one_real_message_per_customer_and_cleans_up(sql_ledge
         parsed = email.message_from_bytes(path.read_bytes(), policy=email.policy.default)
         assert parsed["To"] == email_of(n)
         assert parsed["X-Digest-Operation-Key"] == str(key)
-        assert parsed["Message-ID"] == message_id_for(key)
+        id_key = message_id_key("test-secret")
+        assert parsed["Message-ID"] == keyed_message_id(key, id_key, "example.com")
         assert parsed["List-Unsubscribe-Post"] == "List-Unsubscribe=One-Click"
         assert [p.get_content_type() for p in parsed.iter_parts()] == ["text/plain", "text/html"]
     assert {i.state for i in sql_ledger.items(W42)} == {DeliveryState.CLEANED}

@@ -8,8 +8,15 @@ refused pick is named by its row position, its product id and the field (`digest
 prod-0042) has an invalid image_url`), so the operator knows which catalogue row to fix. The
 link's token is `domain.unsubscribe.unsubscribe_token` (re-exported here), the one `digest serve`
 checks.
+
+The Message-ID is keyed by the install: HMAC-SHA256 under a key derived from the unsubscribe
+secret (never the secret itself, so it reveals no token material), at the sender's domain, and the
+same for every retry of one operation key. After `digest rotate-secret` later sends carry other
+Message-IDs, so a receiver sees a resend after the rotation as a new message, not a duplicate.
 """
 
+import hashlib
+import hmac
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -28,7 +35,7 @@ import markupsafe
 from digest_pipeline.adapters.mail.mime import PLAIN_ADDRESS, check_headers, to_bytes
 from digest_pipeline.domain.catalogue import encodable, is_web_link, shown_id
 from digest_pipeline.domain.errors import RenderError
-from digest_pipeline.domain.model import DigestRow, Message, WorkItem, message_id_for
+from digest_pipeline.domain.model import DigestRow, Message, WorkItem, keyed_message_id
 from digest_pipeline.domain.periods import FIRST_PERIOD, OperationKey
 from digest_pipeline.domain.unsubscribe import token_signer
 from digest_pipeline.domain.unsubscribe import unsubscribe_token as unsubscribe_token
@@ -52,6 +59,15 @@ LIST_LABEL = "weekly-digest"
 LIST_PHRASE = "Weekly digest"
 #: a hostname of one label or more (RFC 2919 allows the bare `localhost`), ASCII after IDNA
 _HOSTNAME = re.compile(r"[a-z0-9](?:[a-z0-9-]*[a-z0-9])?(?:\.[a-z0-9](?:[a-z0-9-]*[a-z0-9])?)*")
+#: the label that separates the Message-ID key from the unsubscribe tokens' use of the secret
+_MESSAGE_ID_LABEL = b"digest-message-id"
+#: the Message-ID domain of a sender without one; compose refuses such a sender anyway
+_NO_DOMAIN = "digest.invalid"
+
+
+def message_id_key(secret: str) -> bytes:
+    """The install's Message-ID key: HMAC-SHA256(secret, "digest-message-id")."""
+    return hmac.new(secret.encode(), _MESSAGE_ID_LABEL, hashlib.sha256).digest()
 
 
 def _one_line(text: str, limit: int | None = None) -> str:
@@ -110,10 +126,10 @@ def _list_headers(key: OperationKey, domain: str | None) -> tuple[tuple[str, str
 
 
 def _headers(
-    key: OperationKey, unsubscribe: str, now: datetime, domain: str | None
+    key: OperationKey, unsubscribe: str, now: datetime, domain: str | None, id_key: bytes
 ) -> tuple[tuple[str, str], ...]:
     return (
-        ("Message-ID", message_id_for(key)),
+        ("Message-ID", keyed_message_id(key, id_key, domain or _NO_DOMAIN)),
         ("X-Digest-Operation-Key", str(key)),
         ("List-Unsubscribe", f"<{unsubscribe}>"),
         ("List-Unsubscribe-Post", "List-Unsubscribe=One-Click"),
@@ -268,6 +284,7 @@ class Jinja2Composer(Composer):
         self._unsubscribe_url = unsubscribe_url
         self._secret = unsubscribe_secret
         self._sign = token_signer(unsubscribe_secret)
+        self._id_key = message_id_key(unsubscribe_secret)
         self._clock = clock
         self._shop_name = shop_name
         self._settings_refused = self._probe_settings()
@@ -302,7 +319,7 @@ class Jinja2Composer(Composer):
             subject=subject,
             text=text,
             html=html,
-            headers=_headers(key, context["unsubscribe_url"], now, self._domain),
+            headers=_headers(key, context["unsubscribe_url"], now, self._domain, self._id_key),
         )
         # Only the cheap checks: serialising here costs about 0.6 ms, seven times the rendering,
         # and every mailer that serialises does so anyway, before anything leaves, turning a
@@ -385,7 +402,7 @@ class Jinja2Composer(Composer):
             return "the shop name is not valid Unicode"
         unsubscribe = self._unsubscribe(_PROBE_KEY.customer_id)
         probe_time = datetime(2026, 1, 5, tzinfo=UTC)
-        headers = _headers(_PROBE_KEY, unsubscribe, probe_time, self._domain)
+        headers = _headers(_PROBE_KEY, unsubscribe, probe_time, self._domain, self._id_key)
         probe = Message(_PROBE_KEY, "probe@example.invalid", self._sender, "p", "p", None, headers)
         try:
             to_bytes(probe)
