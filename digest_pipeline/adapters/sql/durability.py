@@ -7,7 +7,7 @@ or the database counts as well as the server's. A SQLite ledger reports nothing:
 
 from sqlalchemy import Engine, text
 
-#: one round trip for both; `current_setting` returns what `SHOW` shows
+#: one query reads both; `current_setting` returns what `SHOW` shows
 _SETTINGS = text("SELECT current_setting('fsync'), current_setting('synchronous_commit')")
 
 
