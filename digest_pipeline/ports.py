@@ -46,6 +46,7 @@ from digest_pipeline.domain.model import (
     Transition,
     WorkItem,
 )
+from digest_pipeline.domain.pacing import Pause
 from digest_pipeline.domain.periods import OperationKey, Period
 from digest_pipeline.domain.regeneration import RowReplacement
 from digest_pipeline.domain.states import DELIVERED, DeliveryState
@@ -497,6 +498,33 @@ class SuppressionList(ABC):
         """The suppression list, by customer id."""
 
 
+class SendBudget(ABC):
+    """The install's shared send slots and pause, per mailer identity (domain/pacing.py).
+
+    It lives where every sender of the install reaches it, the ledger's database: a step's
+    threads, its helper processes, other `digest` processes and Celery workers take their
+    slots from one row, and one sender's pause holds them all.
+    """
+
+    @abstractmethod
+    def take_slot(
+        self, mailer: str, interval: timedelta, now: datetime, horizon: datetime
+    ) -> tuple[datetime | None, Pause | None]:
+        """Reserves the mailer's next send slot; returns it with the pause in force (if any).
+
+        The slot is `interval` after the last one taken, and not before `now` or the end of a
+        pause. A slot later than `horizon` (a long pause, a backlog) is not reserved: None.
+        """
+
+    @abstractmethod
+    def pause(self, mailer: str, pause: Pause) -> None:
+        """Holds every sender through the mailer until `pause.until` (a pause only lengthens)."""
+
+    @abstractmethod
+    def current_pause(self, mailer: str) -> Pause | None:
+        """The mailer's latest pause, ended or not; None if it was never paused."""
+
+
 class Ledger(
     SnapshotStore, ContentStore, WorkQueue, Cleaner, ReadModel, AuditTrail, SuppressionList
 ):
@@ -515,6 +543,11 @@ class Ledger(
     @abstractmethod
     def secret_fingerprints(self) -> SecretFingerprints:
         """The fingerprints of the signing secrets, kept in this same ledger."""
+
+    @property
+    def send_budget(self) -> SendBudget | None:
+        """The install's send slots and pause in this ledger; None: unpaced, no shared pause."""
+        return None
 
     def recipe(self) -> "Callable[[], Ledger] | None":
         """How a forked helper opens this same ledger (a zero-argument call); None: it cannot.

@@ -96,5 +96,13 @@ class BreakerOpen(DigestError):
     """
 
 
+class SendingPaused(BreakerOpen):
+    """A delivery run stopped: the provider's rate limit or quota paused every sender.
+
+    As with the breaker, the attempts it started are recorded and the rest is left due; the
+    pause is in the ledger, so no other sender of the install sends before it ends.
+    """
+
+
 class RunSettingsMismatch(DigestError):
     """A step process's `DIGEST_*` settings are not those its run was launched with; it refused."""

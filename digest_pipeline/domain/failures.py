@@ -34,6 +34,9 @@ class SendOutcome:
     retry_after: timedelta | None = None
     #: the provider recognised the idempotency key and did not deliver again
     duplicate: bool = False
+    #: the provider's account quota is spent: no send of the install can succeed until it
+    #: resets, so every sender pauses (domain/pacing.py) and the customer is not at fault
+    quota: bool = False
 
     def __post_init__(self) -> None:
         if self.accepted == (self.failure_class is not None):
@@ -45,9 +48,14 @@ class SendOutcome:
 
     @classmethod
     def failed(
-        cls, failure_class: FailureClass, detail: str, *, retry_after: timedelta | None = None
+        cls,
+        failure_class: FailureClass,
+        detail: str,
+        *,
+        retry_after: timedelta | None = None,
+        quota: bool = False,
     ) -> "SendOutcome":
-        return cls(False, failure_class, detail, None, retry_after)
+        return cls(False, failure_class, detail, None, retry_after, quota=quota)
 
     @property
     def label(self) -> str:

@@ -12,6 +12,12 @@ from digest_pipeline.domain.errors import InvalidPolicy
 from digest_pipeline.domain.periods import Period
 from digest_pipeline.domain.retry import RetryPolicy
 
+#: `DIGEST_SEND_RATE`'s bounds (messages per second). Above the most, a ledger statement per
+#: send costs more than the pace saves; below the least, a single send's slot would be further
+#: off than a started attempt may wait for it (domain/pacing.py `MAX_WAIT`).
+MIN_SEND_RATE = 0.1
+MAX_SEND_RATE = 10_000.0
+
 
 @dataclass(frozen=True)
 class DeliveryPolicy:
@@ -27,11 +33,18 @@ class DeliveryPolicy:
     unknown_retention: timedelta = timedelta(days=7)
     #: how long an operator's late-delivery grant keeps a missed week's window open
     late_window: timedelta = timedelta(days=1)
+    #: messages per second for every sender of the install together (`DIGEST_SEND_RATE`,
+    #: domain/pacing.py); None: unpaced, a provider's pause is still honoured
+    send_rate: float | None = None
 
     def __post_init__(self) -> None:
         for name in ("lease", "delivery_window", "unknown_retention", "late_window"):
             if getattr(self, name) <= timedelta(0):
                 raise InvalidPolicy(f"{name} must be positive")
+        if self.send_rate is not None and not MIN_SEND_RATE <= self.send_rate <= MAX_SEND_RATE:
+            raise InvalidPolicy(
+                f"send rate must be from {MIN_SEND_RATE:g} to {MAX_SEND_RATE:g} messages a second"
+            )
 
     def closes_at(self, period: Period, late_since: datetime | None = None) -> datetime:
         """When automatic delivery of the period stops; only a replay sends after this.

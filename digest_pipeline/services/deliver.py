@@ -30,6 +30,7 @@ from digest_pipeline.domain.errors import (
     DigestError,
     LostRace,
     RenderError,
+    SendingPaused,
     SnapshotTampered,
 )
 from digest_pipeline.domain.failures import FailureClass, SendOutcome
@@ -40,6 +41,7 @@ from digest_pipeline.domain.model import (
     Message,
     Transition,
 )
+from digest_pipeline.domain.pacing import paced_concurrency, stop_line
 from digest_pipeline.domain.periods import OperationKey, Period
 from digest_pipeline.domain.policy import DeliveryPolicy
 from digest_pipeline.domain.retry import (
@@ -59,6 +61,7 @@ from digest_pipeline.ports import Clock, Composer, Ledger, Mailer
 from digest_pipeline.services import late
 from digest_pipeline.services.evidence import RECONCILE_ACTOR
 from digest_pipeline.services.logs import log_event
+from digest_pipeline.services.pacing import Pacer
 from digest_pipeline.services.snapshot_gate import snapshot_refusal
 from digest_pipeline.services.tuning import fewer_collections, prompt_handover
 
@@ -164,6 +167,23 @@ class Deliverer:
     _snapshots: dict[Period, tuple[datetime, str | None]] = field(
         default_factory=dict, compare=False, repr=False
     )
+    #: the install's pace and pause, shared through the ledger (None: a ledger that keeps none)
+    pacer: Pacer | None = field(init=False, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        budget = self.ledger.send_budget
+        pacer = None
+        if budget is not None:
+            pacer = Pacer(
+                budget, self.mailer.identity, self.policy.send_rate, self.clock, self.policy.lease
+            )
+        object.__setattr__(self, "pacer", pacer)
+
+    def paused(self) -> SendingPaused | None:
+        """The stop of a run that a pause longer than a send may wait for holds, or None."""
+        if self.pacer is None or (pause := self.pacer.long_pause(self.clock.now())) is None:
+            return None
+        return SendingPaused(stop_line(pause))
 
     def closes_at(self, period: Period) -> datetime:
         """The period's delivery window close, an operator's late grant included."""
@@ -399,6 +419,11 @@ class Deliverer:
             return SendOutcome.failed(FailureClass.PERMANENT, f"render_raised:{type(e).__name__}")
 
     def _transmit(self, message: Message) -> SendOutcome:
+        if self.pacer is None:
+            return self._send(message)
+        return self.pacer.send(lambda: self._send(message))
+
+    def _send(self, message: Message) -> SendOutcome:
         try:
             return self.mailer.send(message, idempotency_key=str(message.key))
         except Exception as e:
@@ -530,6 +555,8 @@ class _Run:
             if wave.refused:
                 refused, why = next(iter(wave.refused.items()))
                 self.stop = SnapshotTampered(why, str(refused))
+            elif (paused := self.deliverer.paused()) is not None:
+                self.stop = paused
             elif self.breaker.open:
                 where = "" if self.period is None else f"period {self.period}: "
                 self.stop = BreakerOpen(where + self.breaker.reason())
@@ -542,7 +569,10 @@ class _Run:
             if self.max_items is None
             else min(self.claim, self.max_items - self.done.claimed)
         )
-        if room <= 0 or not self.should_continue():
+        if room > 0 and self.stop is None and (paused := self.deliverer.paused()) is not None:
+            # nothing is claimed while a pause lasts longer than a send may wait
+            self.stop = paused
+        if room <= 0 or self.stop is not None or not self.should_continue():
             self.drained = True
             return 0
         return room
@@ -742,7 +772,13 @@ class _Run:
         """
         if self.claiming is not None:
             self.take_claimed_ahead(self.claiming)
-        why = "stopped:breaker_open" if isinstance(self.stop, BreakerOpen) else "stopped:refused"
+        why = (
+            "stopped:paused"
+            if isinstance(self.stop, SendingPaused)
+            else "stopped:breaker_open"
+            if isinstance(self.stop, BreakerOpen)
+            else "stopped:refused"
+        )
         while self.queued:
             self.done.count([self.deliverer.give_back(self.queued.popleft(), why)])
 
@@ -771,11 +807,15 @@ def deliver_due(
         BreakerOpen: `breaker_threshold` consecutive attempts (None or 0: never) failed with the
             same class and detail. The run stopped claiming; every attempt it started is
             recorded, and the claims it had not attempted are given back due.
+        SendingPaused: the provider's rate limit or quota paused the install's senders for
+            longer than a send may wait (domain/pacing.py); as with the breaker, the rest stays
+            due. Raised before anything is claimed when the pause was already in force.
     """
     if batch_size < 1 or concurrency < 1:
         raise ValueError("batch_size and concurrency must be at least 1")
     for checked in [period] if period is not None else deliverer.ledger.open_periods():
         deliverer.require_snapshot(checked)
+    concurrency = paced_concurrency(concurrency, deliverer.policy.send_rate, deliverer.policy.lease)
     size, depth = wave_shape(concurrency, deliverer.mailer.capabilities.remote)
     run = _Run(
         deliverer,

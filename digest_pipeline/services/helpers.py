@@ -26,6 +26,7 @@ from digest_pipeline.domain.errors import (
     BreakerOpen,
     DeliveryHelperFailed,
     DigestError,
+    SendingPaused,
     SnapshotTampered,
 )
 from digest_pipeline.domain.periods import Period
@@ -356,6 +357,8 @@ def _error_of(raw: dict[str, Any] | None) -> DigestError | None:
     message = raw["message"]
     if raw["kind"] == "SnapshotTampered":
         return SnapshotTampered(message, raw["period"] or "")
+    if raw["kind"] == "SendingPaused":
+        return SendingPaused(message)
     if raw["kind"] == "BreakerOpen":
         return BreakerOpen(message)
     return DeliveryHelperFailed(message)

@@ -103,11 +103,12 @@ class TestFailureClasses:
                 "http:429:rate_limit_exceeded",
             ),
             (status(429), FailureClass.THROTTLED, "http:429:error"),
-            # quota refused for today: the operator decides, not a retry every minute
-            (quota(), FailureClass.PERMANENT, "http:429:daily_quota_exceeded"),
+            # quota spent: nothing left and the customer is not at fault; every sender
+            # pauses (the quota flag, asserted below), the item waits
+            (quota(), FailureClass.THROTTLED, "http:429:daily_quota_exceeded"),
             (
                 status(429, "monthly_quota_exceeded"),
-                FailureClass.PERMANENT,
+                FailureClass.THROTTLED,
                 "http:429:monthly_quota_exceeded",
             ),
             # same key, other payload: a bug; a concurrent request with the key: try again
@@ -164,6 +165,7 @@ class TestFailureClasses:
         server.script(key_of(1), action)
         outcome = send(mailer, message())
         assert (outcome.accepted, outcome.failure_class, outcome.detail) == (False, failure, detail)
+        assert outcome.quota == detail.endswith("_quota_exceeded")
 
     def test_success_is_sent_with_the_provider_id(
         self, server: ProviderServer, mailer: HttpProviderMailer

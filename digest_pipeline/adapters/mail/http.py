@@ -8,7 +8,7 @@ an exception, so a retry or a reconciliation resend reuses the key the provider 
 # |-----------------------------------------------------------|-----------|---------------------------|
 # | 2xx with an `id`                                          | sent      | accepted                  |
 # | 2xx without an `id` (it accepted *something*)             | unknown   | http:200:malformed_body   |
-# | 429 daily_quota_exceeded / monthly_quota_exceeded         | permanent | http:429:<name>           |
+# | 429 daily_quota_exceeded / monthly_quota_exceeded         | throttled | http:429:<name>, quota    |
 # | 429 otherwise (Retry-After: seconds or HTTP-date)         | throttled | http:429[:<name>]         |
 # | 409 invalid_idempotent_request (same key, other payload)  | permanent | logged at ERROR: a bug    |
 # | 409 concurrent_idempotent_requests                        | transient | http:409:<name>           |
@@ -183,10 +183,11 @@ def _response_outcome(response: httpx.Response, key: str) -> SendOutcome:
     name = name if name is not None and _ERROR_NAME.fullmatch(name) else None
     detail = f"http:{status}" + (f":{name}" if name else "")
     if status == 429:
-        if name in _QUOTA_NAMES:
-            return SendOutcome.failed(FailureClass.PERMANENT, detail)
         return SendOutcome.failed(
-            FailureClass.THROTTLED, detail, retry_after=_retry_after(response)
+            FailureClass.THROTTLED,
+            detail,
+            retry_after=_retry_after(response),
+            quota=name in _QUOTA_NAMES,
         )
     if status == 409 and name == "invalid_idempotent_request":
         _event("idempotency_key_payload_mismatch", logging.ERROR, key=key, detail=detail)

@@ -14,11 +14,12 @@ from digest_pipeline.adapters.sql.engine import create_ledger_engine, head_revis
 from digest_pipeline.adapters.sql.fingerprints import SqlSecretFingerprints
 from digest_pipeline.adapters.sql.identity import shown_url, stored_ledger_id
 from digest_pipeline.adapters.sql.measurements import SqlMeasurements
+from digest_pipeline.adapters.sql.pacing import SqlSendBudget
 from digest_pipeline.adapters.sql.read_model import SqlReadModel
 from digest_pipeline.adapters.sql.snapshots import SqlSnapshots
 from digest_pipeline.adapters.sql.suppressions import SqlSuppressions
 from digest_pipeline.domain.errors import LedgerMismatch
-from digest_pipeline.ports import Ledger, SecretFingerprints
+from digest_pipeline.ports import Ledger, SecretFingerprints, SendBudget
 
 
 class SqlLedger(
@@ -29,6 +30,10 @@ class SqlLedger(
     @property
     def secret_fingerprints(self) -> SecretFingerprints:
         return SqlSecretFingerprints(self._engine)
+
+    @property
+    def send_budget(self) -> SendBudget:
+        return SqlSendBudget(self._engine)
 
     def recipe(self) -> "Callable[[], Ledger] | None":
         # SQLite's work is this process's CPU and its writers take turns on one file lock: a

@@ -340,5 +340,18 @@ secret_fingerprints = Table(
     CheckConstraint("(previous_fingerprint IS NULL) = (previous_until IS NULL)", name="previous"),
 )
 
+#: one row per mailer identity: the install's next send slot and its pause (migration 0011,
+#: domain/pacing.py). Times are integer microseconds since the epoch, so that one `UPDATE`
+#: computes the next slot on both SQLite and PostgreSQL without date arithmetic in SQL.
+send_pacing = Table(
+    "send_pacing",
+    metadata,
+    Column("mailer", String(64), primary_key=True),
+    Column("next_slot_us", BigInteger, nullable=False),
+    Column("paused_until_us", BigInteger),
+    Column("paused_why", String(200)),
+    CheckConstraint("(paused_until_us IS NULL) = (paused_why IS NULL)", name="pause"),
+)
+
 #: a provider event names its message by the provider's id: find the attempt without a scan
 Index("ix_attempts_provider_message_id", attempts.c.provider_message_id)
