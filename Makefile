@@ -55,6 +55,7 @@ validate: install ## Load the Dagster definitions as `dagster dev` would (worksp
 	env -u DAGSTER_HOME $(BIN)/dagster definitions validate -w workspace.yaml
 
 test: install lint validate ## Lint, validate, then every test tier against a throwaway PostgreSQL and Redis
+	scripts/debian-test-tools.sh
 	$(BIN)/pytest -m "not integration" -n $(PYTEST_WORKERS) --dist loadscope $(PYTEST_ARGS) $(ALLOW_EMPTY)
 	scripts/pg-test-cluster.sh -- scripts/redis-test-server.sh -- $(BIN)/pytest -m integration $(PYTEST_ARGS) $(ALLOW_EMPTY)
 

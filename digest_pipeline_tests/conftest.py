@@ -174,6 +174,19 @@ def require_redis_url() -> str:
     return require_url("DIGEST_TEST_REDIS_URL", "a throwaway Redis")
 
 
+def require_tool(found: Path | None, tool: str, package: str) -> Path:
+    """`found`, an installed tool's path, or skip (locally) / fail (under CI=true) without it.
+
+    `package` names the Debian package scripts/debian-test-tools.sh installs for it.
+    """
+    if found is not None:
+        return found
+    reason = f"{tool} is not installed (make test installs Debian's {package} as root)"
+    if under_ci():
+        pytest.fail(f"integration tier cannot run under CI: {reason}")
+    pytest.skip(reason)
+
+
 @pytest.fixture(scope="session")
 def pg_engine() -> Iterator[Engine]:
     engine = create_ledger_engine(require_postgres_url(), pool_size=20)
