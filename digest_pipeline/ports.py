@@ -46,7 +46,7 @@ from digest_pipeline.domain.model import (
     Transition,
     WorkItem,
 )
-from digest_pipeline.domain.pacing import Pause
+from digest_pipeline.domain.pacing import Pause, Slot
 from digest_pipeline.domain.periods import OperationKey, Period
 from digest_pipeline.domain.regeneration import RowReplacement
 from digest_pipeline.domain.states import DELIVERED, DeliveryState
@@ -125,6 +125,13 @@ class Mailer(ABC):
     def lookup(self, idempotency_key: str) -> LookupResult:
         """Asks whether a key was accepted; mailers that cannot answer say UNSUPPORTED."""
         return LookupResult(LookupStatus.UNSUPPORTED)
+
+    def prepare(self) -> None:  # noqa: B027 - most mailers build nothing on a first send
+        """Builds, without any network traffic, what a first send would otherwise build.
+
+        A paced run calls it before its first slot: a first request slowed by building a
+        client would reach the provider late, right before the next one, crowding its window.
+        """
 
     def close(self) -> None:  # noqa: B027 - most mailers hold nothing to release
         """Releases connections; the mailer may be used again afterwards (it reconnects)."""
@@ -507,13 +514,12 @@ class SendBudget(ABC):
     """
 
     @abstractmethod
-    def take_slot(
-        self, mailer: str, interval: timedelta, now: datetime, horizon: datetime
-    ) -> tuple[datetime | None, Pause | None]:
-        """Reserves the mailer's next send slot; returns it with the pause in force (if any).
+    def take_slot(self, mailer: str, interval: timedelta, now: datetime) -> Slot:
+        """Takes the mailer's next send slot if it is free at `now`, in one atomic step.
 
-        The slot is `interval` after the last one taken, and not before `now` or the end of a
-        pause. A slot later than `horizon` (a long pause, a backlog) is not reserved: None.
+        A slot is free once the last one taken is `interval` old and no pause lasts. A slot
+        taken up to `domain.pacing.SLACK` late keeps the schedule; a later one starts it anew.
+        Not taken: the answer says when the next slot is free.
         """
 
     @abstractmethod

@@ -23,12 +23,31 @@ QUOTA_PAUSE = timedelta(hours=1)
 MAX_WAIT = timedelta(seconds=30)
 
 
+#: a send that takes its slot up to this late keeps the schedule (the next slot stays one
+#: interval after the one it missed); a later one starts a new schedule from now. Any run of
+#: sends then spans its intervals less this at most, whatever the scheduler's delays: well
+#: within the 5 % headroom at any rate, leaving the rest for the jitter between a take and the
+#: request's arrival (a process's first request opens its connection)
+SLACK = timedelta(milliseconds=10)
+
+
 @dataclass(frozen=True)
 class Pause:
     """Every sender of the install waits until `until`; `why` is the provider's detail code."""
 
     until: datetime
     why: str
+
+
+@dataclass(frozen=True)
+class Slot:
+    """A sender's try for the next send slot: taken now, or when the next one is free."""
+
+    taken: bool
+    #: when the next slot is free (after this one, if taken): not before a pause ends
+    free_at: datetime
+    #: the pause in force, if any
+    pause: Pause | None = None
 
 
 def slot_interval(rate: float) -> timedelta:

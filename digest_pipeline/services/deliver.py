@@ -816,6 +816,8 @@ def deliver_due(
     for checked in [period] if period is not None else deliverer.ledger.open_periods():
         deliverer.require_snapshot(checked)
     concurrency = paced_concurrency(concurrency, deliverer.policy.send_rate, deliverer.policy.lease)
+    if deliverer.pacer is not None and deliverer.policy.send_rate is not None:
+        deliverer.mailer.prepare()
     size, depth = wave_shape(concurrency, deliverer.mailer.capabilities.remote)
     run = _Run(
         deliverer,

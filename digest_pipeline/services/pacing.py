@@ -41,6 +41,10 @@ class Pacer:
     lease: timedelta
     sleep: Callable[[float], None] = time.sleep
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    #: one thread of the process waits for the next slot at a time (`_wait_for_slot`)
+    _gate: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    #: when the next slot is free, as the last take told; read and written under `_gate`
+    _free_at: datetime | None = field(default=None, repr=False)
     #: the pause last read or made here, and when it was read
     _pause: Pause | None = field(default=None, repr=False)
     _read_at: datetime | None = field(default=None, repr=False)
@@ -52,30 +56,58 @@ class Pacer:
         a budget that cannot be read: the outcome says so, and nothing reached the provider.
         """
         now = self.clock.now()
-        horizon = now + wait_bound(self.lease)
+        deadline = now + wait_bound(self.lease)
         try:
-            at, pause = self._slot(now, horizon)
+            held = self._wait_for_slot(deadline) if self.rate else self._wait_for_pause(deadline)
         except Exception as e:
             log_event("pacing_unavailable", logging.WARNING, error=type(e).__name__)
             return SendOutcome.failed(FailureClass.TRANSIENT, "paced:budget_unavailable")
-        if at is None or at > horizon:
-            if pause is None or pause.until <= horizon:
-                pause = Pause(horizon, "paced:backlog")
-            return held_back(pause, now)
-        if (wait := (at - now).total_seconds()) > 0:
-            self.sleep(wait)
+        if held is not None:
+            return held_back(held, self.clock.now())
         return self.heed(transmit())
 
-    def _slot(self, now: datetime, horizon: datetime) -> tuple[datetime | None, Pause | None]:
-        """When the send may leave (None: not before the horizon) and the pause in force."""
-        if self.rate is not None:
-            at, pause = self.budget.take_slot(self.mailer, slot_interval(self.rate), now, horizon)
-            self._remember(pause, now)
-            return at, pause
+    def _wait_for_slot(self, deadline: datetime) -> Pause | None:
+        """Takes a slot, waiting for it; the pause (or backlog) that outlasts `deadline` if not.
+
+        One thread of the process at a time waits for the next slot, and takes it when it is
+        due, right before its send: a thread the scheduler wakes late takes a later slot instead
+        of crowding the next sender's request.
+        """
+        assert self.rate is not None
+        interval = slot_interval(self.rate)
+        backlog = Pause(deadline, "paced:backlog")
+        if not self._gate.acquire(timeout=self._seconds_until(deadline)):
+            return backlog
+        try:
+            while True:
+                now = self.clock.now()
+                if self._free_at is None or self._free_at <= now:
+                    slot = self.budget.take_slot(self.mailer, interval, now)
+                    self._remember(slot.pause, now)
+                    self._free_at = slot.free_at
+                    if slot.taken:
+                        return None
+                    if slot.pause is not None and slot.pause.until > deadline:
+                        return slot.pause
+                if self._free_at > deadline:
+                    return backlog
+                self.sleep(max((self._free_at - now).total_seconds(), 0.0))
+        finally:
+            self._gate.release()
+
+    def _wait_for_pause(self, deadline: datetime) -> Pause | None:
+        """Unpaced: waits out a short pause; the pause that outlasts `deadline` if one does."""
+        now = self.clock.now()
         pause = self.pause_in_force(now)
         if pause is None:
-            return now, None
-        return (pause.until if pause.until <= horizon else None), pause
+            return None
+        if pause.until > deadline:
+            return pause
+        self.sleep((pause.until - now).total_seconds())
+        return None
+
+    def _seconds_until(self, at: datetime) -> float:
+        return max((at - self.clock.now()).total_seconds(), 0.0)
 
     def heed(self, outcome: SendOutcome) -> SendOutcome:
         """Records the pause the outcome asks of every sender; a quota gets its pause as its wait."""

@@ -472,3 +472,21 @@ class TestSecrets:
         assert calls == []
         # nor without a transport: an unresolvable host is only looked up on the first send
         HttpProviderMailer(settings).close()
+
+    def test_prepare_builds_the_client_and_sends_nothing(self) -> None:
+        calls: list[httpx.Request] = []
+
+        def record(request: httpx.Request) -> httpx.Response:
+            calls.append(request)
+            return httpx.Response(200, json={"id": "x"})
+
+        settings = settings_for("http://unreachable.invalid:9", "k")
+        mailer = HttpProviderMailer(settings, transport=httpx.MockTransport(record))
+        mailer.prepare()
+        assert mailer._client is not None
+        assert calls == []
+        mailer.close()
+        # an unresolvable host is not looked up either
+        unresolvable = HttpProviderMailer(settings)
+        unresolvable.prepare()
+        unresolvable.close()

@@ -131,6 +131,10 @@ class HttpProviderMailer(Mailer):
     def __exit__(self, *exc_info: object) -> None:
         self.close()
 
+    def prepare(self) -> None:
+        # the client's TLS context takes tens of milliseconds to build; no connection is opened
+        self._http()
+
     def _http(self) -> httpx.Client:
         with self._lock:
             if self._client is None:

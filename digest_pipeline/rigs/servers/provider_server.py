@@ -5,17 +5,20 @@ again; same key, other payload: 409; a key still in flight: 409), forgets keys a
 and can be scripted per key to fail, throttle, hang or drop the connection after storing. Like
 Resend, it can also tell a webhook endpoint what became of a message: `send_webhook` POSTs a
 Svix-signed `email.delivered` / `email.bounced` / `email.complained` event (`webhook_payload`).
+Like a real account it can enforce a rate limit (`rate_limit`: 429 `rate_limit_exceeded`) and a
+daily quota (`daily_quota`: 429 `daily_quota_exceeded`); `stats()` counts what each refused.
 """
 
 import contextlib
 import hashlib
 import itertools
 import json
+import math
 import socket
 import socketserver
 import threading
 import time
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -95,6 +98,28 @@ class Received:
 
 
 @dataclass(frozen=True)
+class Stats:
+    """What the server answered to `POST /emails`, counted under its lock (`ProviderServer.stats`)."""
+
+    #: every `POST /emails` arrival: what the rate limit counts
+    requests: int
+    #: answered 200 with an id: new messages and idempotent replays
+    accepted: int
+    #: new messages stored: what the daily quota counts
+    stored: int
+    #: refused with 429 `rate_limit_exceeded`
+    rate_limited: int
+    #: refused with 429 `daily_quota_exceeded`
+    quota_refused: int
+    #: arrival times (the server's clock) of the accepted requests, in arrival order
+    accepted_at: tuple[float, ...]
+
+
+#: Resend's rate limit is per second; the window slides with each arrival
+RATE_WINDOW_SECONDS = 1.0
+
+
+@dataclass(frozen=True)
 class _Record:
     fingerprint: str
     message_id: str
@@ -138,6 +163,10 @@ class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server: "_Httpd"
     date_override: str | None = None
+    #: the rate-limit headers of the request being answered (Resend sends them on every answer)
+    rate_headers: tuple[tuple[str, str], ...] = ()
+    #: when the request being answered arrived, on the provider's clock
+    arrived: float = 0.0
 
     def setup(self) -> None:
         super().setup()
@@ -165,6 +194,9 @@ class _Handler(BaseHTTPRequestHandler):
 class _Httpd(ThreadingHTTPServer):
     daemon_threads = True
     block_on_close = True  # server_close() joins the handler threads
+    # socketserver's default backlog of 5 resets connections when a burst of senders (a rate
+    # limit's test, two processes of 16 threads) connects at once; a provider accepts them all
+    request_queue_size = 256
 
     def __init__(self, provider: "ProviderServer") -> None:
         self.provider = provider
@@ -186,18 +218,45 @@ def _reply(
     h.send_response(code)
     h.send_header("Content-Type", "application/json")
     h.send_header("Content-Length", str(len(data)))
-    for name, value in (headers or {}).items():
+    for name, value in [*h.rate_headers, *(headers or {}).items()]:
         h.send_header(name, value)
     h.end_headers()
     h.wfile.write(data)
 
 
-def _error(h: _Handler, code: int, name: str, action: Action | None = None) -> None:
+def _error(
+    h: _Handler,
+    code: int,
+    name: str,
+    action: Action | None = None,
+    *,
+    message: str | None = None,
+    retry_after: int | None = None,
+) -> None:
     headers = {}
     if action is not None and action.retry_after is not None:
         headers["Retry-After"] = action.retry_after
+    if retry_after is not None:
+        headers["Retry-After"] = str(retry_after)
     h.date_override = action.date if action is not None else None
-    _reply(h, code, {"statusCode": code, "name": name, "message": name.replace("_", " ")}, headers)
+    text = message or name.replace("_", " ")
+    _reply(h, code, {"statusCode": code, "name": name, "message": text}, headers)
+
+
+@dataclass(frozen=True)
+class _Admission:
+    """The rate limit's verdict on one arrival, and the headers every answer to it carries."""
+
+    refused: bool
+    headers: tuple[tuple[str, str], ...]
+    #: whole seconds until the window has room again (refusals only)
+    retry_after: int | None
+
+
+def _whole_seconds(seconds: float) -> int:
+    # rounded up, as Retry-After must not send a client back early; the rounding to 1 µs first
+    # keeps float noise (1.0000000002) from turning a 1 s wait into 2 s
+    return max(1, math.ceil(round(seconds, 6)))
 
 
 class ProviderServer:
@@ -216,7 +275,13 @@ class ProviderServer:
         latency_seconds: float = 0.0,
         fallback: Action | None = None,
         webhook_secret: str | None = None,
+        rate_limit: int | None = None,
+        daily_quota: int | None = None,
     ) -> None:
+        if rate_limit is not None and rate_limit < 1:
+            raise ValueError(f"rate_limit must be 1 or more requests a second, not {rate_limit}")
+        if daily_quota is not None and daily_quota < 0:
+            raise ValueError(f"daily_quota must be 0 or more messages, not {daily_quota}")
         self.api_key = api_key
         #: what `send_webhook` signs with (the endpoint's `DIGEST_WEBHOOK_SECRETS` entry)
         self.webhook_secret = webhook_secret
@@ -227,6 +292,19 @@ class ProviderServer:
         self.latency_seconds = latency_seconds
         self.window_seconds = window_seconds
         self._clock = clock
+        #: `POST /emails` requests a sliding second admits (None: no limit). Every arrival counts,
+        #: refused ones too, as Resend counts every request: a client that keeps knocking while
+        #: throttled keeps the window full.
+        self.rate_limit = rate_limit
+        #: new messages stored before every further send is refused (None: no quota)
+        self.daily_quota = daily_quota
+        # the arrival times of the last `rate_limit` requests: R arrivals within the past second
+        # exist exactly when the R-th latest is inside it, so older ones never matter
+        self._window: deque[float] = deque(maxlen=rate_limit or 1)
+        self._arrivals = 0
+        self._accepted_at: list[float] = []
+        self._rate_limited = 0
+        self._quota_refused = 0
         self._lock = threading.Lock()
         self._in_flight_changed = threading.Condition(self._lock)
         self._scripts: dict[str, list[Action]] = {}
@@ -362,6 +440,18 @@ class ProviderServer:
         with self._lock:
             return self._connections_opened
 
+    def stats(self) -> Stats:
+        """The counts of `POST /emails` answers so far, read in one go under the lock."""
+        with self._lock:
+            return Stats(
+                requests=self._arrivals,
+                accepted=len(self._accepted_at),
+                stored=self._next_id,
+                rate_limited=self._rate_limited,
+                quota_refused=self._quota_refused,
+                accepted_at=tuple(self._accepted_at),
+            )
+
     @property
     def handler_errors(self) -> int:
         """Handler exceptions other than the client going away (a server bug if not 0)."""
@@ -389,22 +479,31 @@ class ProviderServer:
         except ValueError:
             body = None
         key = h.headers.get("Idempotency-Key", "")
+        admission: _Admission | None = None
         with self._lock:
             self._received.append(Received(h.path, dict(h.headers.items()), body))
+            h.arrived = self._clock()
+            if h.path == "/emails":
+                admission = self._admit_locked(h.arrived)
+        h.rate_headers = admission.headers if admission is not None else ()
         if self.latency_seconds:
             time.sleep(self.latency_seconds)
         if h.path != "/emails":
             _error(h, 404, "not_found")
             return
-        auth = h.headers.get("Authorization")
-        if auth != f"Bearer {self.api_key}":
-            _error(h, 401, "missing_api_key" if auth is None else "invalid_api_key")
+        if admission is not None and admission.refused:
+            _error(
+                h,
+                429,
+                "rate_limit_exceeded",
+                message=f"Too many requests. You can only make {self.rate_limit} requests per "
+                "second. See rate limit response headers for more information.",
+                retry_after=admission.retry_after,
+            )
             return
-        if not key:
-            _error(h, 400, "missing_idempotency_key")
-            return
-        if not isinstance(body, dict) or not all(f in body for f in ("from", "to", "subject")):
-            _error(h, 422, "validation_error")
+        invalid = self._invalid(h, key, body)
+        if invalid is not None:
+            _error(h, *invalid)
             return
         with self._lock:
             if key in self._in_flight:
@@ -423,17 +522,62 @@ class ProviderServer:
             return
         self._accept(h, key, body, action)
 
+    def _invalid(self, h: _Handler, key: str, body: Any) -> tuple[int, str] | None:
+        """The status and error name of a request Resend would refuse as malformed, or None."""
+        auth = h.headers.get("Authorization")
+        if auth != f"Bearer {self.api_key}":
+            return 401, "missing_api_key" if auth is None else "invalid_api_key"
+        if not key:
+            return 400, "missing_idempotency_key"
+        if not isinstance(body, dict) or not all(f in body for f in ("from", "to", "subject")):
+            return 422, "validation_error"
+        return None
+
+    def _admit_locked(self, now: float) -> _Admission:
+        """Counts one `POST /emails` arrival in the sliding window; refused when full."""
+        self._arrivals += 1
+        if self.rate_limit is None:
+            return _Admission(False, (), None)
+        window = self._window
+        while window and window[0] <= now - RATE_WINDOW_SECONDS:
+            window.popleft()
+        refused = len(window) >= self.rate_limit
+        window.append(now)  # full: the oldest drops out, and with it no arrival that matters
+        self._rate_limited += refused
+        # the window has room again once its oldest arrival is a second old
+        frees_in = _whole_seconds(window[0] + RATE_WINDOW_SECONDS - now)
+        headers = (
+            ("ratelimit-limit", str(self.rate_limit)),
+            ("ratelimit-remaining", str(max(0, self.rate_limit - len(window)))),
+            ("ratelimit-reset", str(frees_in)),
+        )
+        return _Admission(refused, headers, frees_in if refused else None)
+
     def _accept(self, h: _Handler, key: str, body: dict[str, Any], action: Action) -> None:
+        quota_spent = False
         try:
             if action.kind == "hold":
                 with self._lock:
                     event = self._holds.setdefault(key, threading.Event())
                 event.wait(timeout=30)
             with self._lock:
-                message_id = self._store_locked(key, body)
+                # checked and stored under one lock, so concurrent sends never overshoot it
+                quota_spent = self.daily_quota is not None and self._next_id >= self.daily_quota
+                message_id = None if quota_spent else self._store_locked(key, body)
+                self._quota_refused += quota_spent
+                if message_id is not None:
+                    self._accepted_at.append(h.arrived)
         finally:
             with self._lock:
                 self._in_flight.discard(key)
+        if quota_spent:
+            _error(
+                h,
+                429,
+                "daily_quota_exceeded",
+                message="You have reached your daily email sending quota.",
+            )
+            return
         if message_id is None:
             _error(h, 409, "invalid_idempotent_request")
             return
