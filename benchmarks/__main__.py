@@ -1,7 +1,8 @@
 """`make bench`: the benchmarks of issue 7, the SQL floor and the phases of issue 15,
 consecutive weeks on one ledger, the UI launch of issue 11, `digest run` with one and two
-delivery processes and the Celery scale-out, in order, each printing its table and writing JSON;
-then issue 15's targets, judged from the JSON this invocation wrote (`benchmarks.targets`).
+delivery processes, the Celery scale-out and send pacing against a rate-limited provider, in
+order, each printing its table and writing JSON; then issue 15's targets, judged from the JSON
+this invocation wrote (`benchmarks.targets`).
 
 Run under `scripts/pg-test-cluster.sh` (and `scripts/redis-test-server.sh` for Celery) for the
 PostgreSQL variants; without `DIGEST_TEST_DATABASE_URL` (or `DIGEST_TEST_REDIS_URL`) they are
@@ -25,6 +26,7 @@ from benchmarks import (
     e2e,
     floor,
     latency,
+    pacing,
     phases,
     scale_out,
     side_by_side,
@@ -33,7 +35,19 @@ from benchmarks import (
     weeks,
 )
 
-ORDER = ("e2e", "floor", "phases", "side", "latency", "weeks", "scale", "ui", "run", "celery")
+ORDER = (
+    "e2e",
+    "floor",
+    "phases",
+    "side",
+    "latency",
+    "weeks",
+    "scale",
+    "ui",
+    "run",
+    "celery",
+    "pacing",
+)
 
 
 def _plans(a: argparse.Namespace) -> dict[str, Callable[[], Any]]:
@@ -96,6 +110,7 @@ def _plans(a: argparse.Namespace) -> dict[str, Callable[[], Any]]:
                 json_dir=a.json_dir,
             )
         ),
+        "pacing": lambda: pacing.run(pacing.Options(json_dir=a.json_dir)),
     }
 
 

@@ -38,6 +38,7 @@ from digest_pipeline.domain.policy import DeliveryPolicy
 from digest_pipeline.instance import prepare_home
 from digest_pipeline.ports import Clock, Ledger, Mailer
 from digest_pipeline.rigs.bootstrap import open_rig_ledger
+from digest_pipeline.rigs.seeding import SHOP_LINK_SETTINGS
 from digest_pipeline.rigs.servers.pg_cluster import throwaway_allowance
 from digest_pipeline.services.deliver import Deliverer
 from digest_pipeline.settings import load_settings
@@ -551,8 +552,9 @@ def hermetic(settings: Mapping[str, str]) -> dict[str, str | None]:
     """
     inherited = [k for k in os.environ if k.startswith("DIGEST_") and "_TEST_" not in k]
     inherited = [k for k in inherited if k not in throwaway_allowance()]
-    # bulk-seeded shops are not `digest seed` demo data, so the public default secret is refused
-    private = {"DIGEST_UNSUBSCRIBE_SECRET": "benchmark-private-secret"}
+    # bulk-seeded shops are not `digest seed` demo data, so the public default secret is
+    # refused, and so are the demo's loopback link and a missing postal address
+    private = {"DIGEST_UNSUBSCRIBE_SECRET": "benchmark-private-secret", **SHOP_LINK_SETTINGS}
     return {**dict.fromkeys(inherited), **private, **settings}
 
 

@@ -20,18 +20,15 @@ from sqlalchemy.exc import ArgumentError
 
 from digest_pipeline.dkim_settings import DkimSettings, read_dkim, sender_address
 from digest_pipeline.domain.breaker import DEFAULT_THRESHOLD
+from digest_pipeline.domain.compliance import message_id_domain, postal_address, url_template
 from digest_pipeline.domain.durability import ALLOW_VARIABLE
 from digest_pipeline.domain.errors import DigestError, InvalidPolicy
 from digest_pipeline.domain.model import CleanupMode
-from digest_pipeline.domain.policy import DeliveryPolicy
+from digest_pipeline.domain.policy import MAX_SEND_RATE, MIN_SEND_RATE, DeliveryPolicy
 from digest_pipeline.domain.retry import RetryPolicy
 from digest_pipeline.domain.unsubscribe import DEMO_UNSUBSCRIBE_SECRET
-from digest_pipeline.domain.webhooks import (
-    DEFAULT_TOLERANCE,
-    PROVIDER_NAME,
-    InvalidWebhookSecret,
-    parse_secret,
-)
+from digest_pipeline.domain.webhooks import DEFAULT_TOLERANCE
+from digest_pipeline.webhook_settings import WebhookSecret, read_webhook_secrets
 
 T = TypeVar("T")
 MAILERS = ("outbox", "smtp", "http")
@@ -121,14 +118,6 @@ class ProviderSettings:
     idempotency_window: timedelta
 
 
-@dataclass(frozen=True)
-class WebhookSecret:
-    """One provider's webhook signing key (`DIGEST_WEBHOOK_SECRETS`); a provider may have two."""
-
-    provider: str
-    key: bytes = field(repr=False)
-
-
 #: `digest serve`'s default address; the default unsubscribe link points at it
 DEFAULT_SERVE_HOST, DEFAULT_SERVE_PORT = "127.0.0.1", 8025
 DEFAULT_UNSUBSCRIBE_URL = (
@@ -179,6 +168,10 @@ class Settings:
     serve_limits: ServeLimits = field(default_factory=ServeLimits)
     #: deliver on a PostgreSQL that can lose commits (`DIGEST_ALLOW_NONDURABLE_LEDGER`; unsafe)
     allow_nondurable_ledger: bool = False
+    #: `DIGEST_POSTAL_ADDRESS`: the sender's postal address in every digest's footer (CAN-SPAM)
+    postal_address: str | None = None
+    #: `DIGEST_MESSAGE_ID_DOMAIN`: the Message-ID's right-hand side; None: the sender's domain
+    message_id_domain: str | None = None
 
     def webhook_keys(self) -> dict[str, tuple[bytes, ...]]:
         """Each configured provider's signing keys (two during a rotation)."""
@@ -193,14 +186,17 @@ def default_database_url(root: Path) -> str:
     return f"sqlite:///{(root / '.digest' / 'digest.db').resolve()}"
 
 
-def _read(env: Mapping[str, str], name: str, default: T, parse: Callable[[str], T]) -> T:
+def _read(
+    env: Mapping[str, str], name: str, default: T, parse: Callable[[str], T], *, shown: bool = True
+) -> T:
+    """`name`'s parsed value, or `default` when unset; a refusal repeats the value if `shown`."""
     raw = env.get(name, "").strip()
     if not raw:
         return default
     try:
         return parse(raw)
     except ValueError as e:
-        raise InvalidSetting(f"{name}={raw!r}: {e}") from e
+        raise InvalidSetting(f"{name}={raw!r}: {e}" if shown else f"{name}: {e}") from e
 
 
 def _duration(env: Mapping[str, str], name: str, default: timedelta) -> timedelta:
@@ -253,22 +249,36 @@ def _whole(name: str) -> Callable[[str], int]:
     return parse
 
 
+def _within(raw: str, low: float, high: float) -> float | None:
+    """`raw` as a finite number from `low` to `high`, or None.
+
+    NaN fails every comparison; infinity ("inf", "1e400") is refused before timedelta() could
+    raise OverflowError on it.
+    """
+    try:
+        value = float(raw)
+    except ValueError:
+        return None
+    return value if math.isfinite(value) and low <= value <= high else None
+
+
 def _seconds(name: str) -> Callable[[str], timedelta]:
     """A parser of `name`'s duration: finite seconds within its `SECONDS_RANGES` bounds."""
     low, high = SECONDS_RANGES[name]
 
     def parse(raw: str) -> timedelta:
-        try:
-            value = float(raw)
-        except ValueError:
-            value = math.nan
-        # NaN fails every comparison; infinity ("inf", "1e400") is refused before timedelta()
-        # could raise OverflowError on it
-        if not (math.isfinite(value) and low <= value <= high):
+        if (value := _within(raw, low, high)) is None:
             raise ValueError(f"must be a number of seconds from {range_text(name)}")
         return timedelta(seconds=value)
 
     return parse
+
+
+def _rate(raw: str) -> float:
+    """`DIGEST_SEND_RATE`: messages per second for the whole install (domain/pacing.py)."""
+    if (value := _within(raw, MIN_SEND_RATE, MAX_SEND_RATE)) is None:
+        raise ValueError(f"must be messages per second from {MIN_SEND_RATE:g} to {MAX_SEND_RATE:g}")
+    return value
 
 
 def _database_url(env: Mapping[str, str], default: str) -> str:
@@ -344,6 +354,13 @@ def _dkim(env: Mapping[str, str], sender: str) -> DkimSettings | None:
         raise InvalidSetting(str(e)) from e
 
 
+def _webhook_secrets(env: Mapping[str, str]) -> tuple[WebhookSecret, ...]:
+    try:
+        return read_webhook_secrets(env)
+    except ValueError as e:  # its message names the variable, never a secret
+        raise InvalidSetting(str(e)) from e
+
+
 def _provider(env: Mapping[str, str], required: bool) -> ProviderSettings | None:
     url = env.get("DIGEST_PROVIDER_URL", "").strip().rstrip("/")
     key = env.get("DIGEST_PROVIDER_API_KEY", "").strip()
@@ -393,6 +410,7 @@ def load_settings(env: Mapping[str, str], root: Path) -> Settings:
                 "DIGEST_UNKNOWN_RETENTION_SECONDS", defaults.unknown_retention
             ),
             late_window=duration("DIGEST_LATE_WINDOW_SECONDS", defaults.late_window),
+            send_rate=_read(env, "DIGEST_SEND_RATE", None, _rate),
         )
     except InvalidPolicy as e:
         raise InvalidSetting(f"retry settings: {e}") from e
@@ -408,9 +426,11 @@ def load_settings(env: Mapping[str, str], root: Path) -> Settings:
         batch_size=whole("DIGEST_BATCH_SIZE", DEFAULT_BATCH_SIZE),
         concurrency=whole("DIGEST_CONCURRENCY", DEFAULT_CONCURRENCY[mailer]),
         cleanup_mode=_read(env, "DIGEST_CLEANUP_MODE", CleanupMode.ARCHIVE, CleanupMode),
-        unsubscribe_url=_read(
-            env, "DIGEST_UNSUBSCRIBE_URL", DEFAULT_UNSUBSCRIBE_URL, _url_template
-        ),
+        unsubscribe_url=_read(env, "DIGEST_UNSUBSCRIBE_URL", DEFAULT_UNSUBSCRIBE_URL, url_template),
+        # checked against the ledger at start: outside a demo ledger a loopback link or a
+        # missing address is refused there (domain/compliance.py); a long address is not repeated
+        postal_address=_read(env, "DIGEST_POSTAL_ADDRESS", None, postal_address, shown=False),
+        message_id_domain=_read(env, "DIGEST_MESSAGE_ID_DOMAIN", None, message_id_domain),
         # The demo default is public: `digest run` and `digest serve` refuse it outside the demo
         # (domain/unsubscribe.py), or anyone could forge every customer's link.
         unsubscribe_secret=_read(env, "DIGEST_UNSUBSCRIBE_SECRET", DEMO_UNSUBSCRIBE_SECRET, str),
@@ -433,36 +453,6 @@ def load_settings(env: Mapping[str, str], root: Path) -> Settings:
         # only a throwaway ledger may say so: it lets a crash send digests twice (design §8)
         allow_nondurable_ledger=_read(env, ALLOW_VARIABLE, False, _flag),
     )
-
-
-def _webhook_secrets(env: Mapping[str, str]) -> tuple[WebhookSecret, ...]:
-    """`DIGEST_WEBHOOK_SECRETS`: comma-separated `provider=secret` entries.
-
-    A secret is Svix's `whsec_<base64>` or any other text of at least 16 bytes; a provider may
-    be named twice (old and new key during a rotation). A refusal names the entry by position
-    and provider, never by its secret.
-    """
-    found: list[WebhookSecret] = []
-    for n, entry in enumerate(env.get("DIGEST_WEBHOOK_SECRETS", "").split(","), start=1):
-        if not entry.strip():
-            continue
-        provider, sep, secret = (part.strip() for part in entry.partition("="))
-        if not sep or not PROVIDER_NAME.fullmatch(provider):
-            raise InvalidSetting(
-                f"DIGEST_WEBHOOK_SECRETS entry {n}: use PROVIDER=SECRET with a provider name of "
-                "lower-case letters, digits, '_' or '-' (e.g. resend=whsec_...)"
-            )
-        try:
-            found.append(WebhookSecret(provider, parse_secret(secret)))
-        except InvalidWebhookSecret as e:
-            raise InvalidSetting(f"DIGEST_WEBHOOK_SECRETS entry {n} ({provider}): {e}") from e
-    return tuple(found)
-
-
-def _url_template(raw: str) -> str:
-    if not raw.startswith(("http://", "https://")) or "{token}" not in raw:
-        raise ValueError("must be an http(s) URL holding {token} (and optionally {customer_id})")
-    return raw
 
 
 #: where a run's steps execute (`DIGEST_EXECUTOR`; defs/execution.py)

@@ -33,12 +33,14 @@ def build_mailer(settings: Settings) -> Mailer:
 
 
 def build_composer(settings: Settings, clock: Clock) -> Composer:
-    """The Jinja2 digest composer with the configured sender and unsubscribe link."""
+    """The Jinja2 digest composer with the configured sender, unsubscribe link and address."""
     return Jinja2Composer(
         sender=settings.from_address,
         unsubscribe_url=settings.unsubscribe_url,
         unsubscribe_secret=settings.unsubscribe_secret,
         clock=clock,
+        postal_address=settings.postal_address,
+        message_id_domain=settings.message_id_domain,
     )
 
 

@@ -35,6 +35,9 @@ from digest_pipeline.ports import (
     WorkQueue,
 )
 from digest_pipeline.rigs.seeding import ROWS_PER_CUSTOMER as ROWS_PER_CUSTOMER
+from digest_pipeline.rigs.seeding import SHOP_LINK_SETTINGS as SHOP_LINK_SETTINGS
+from digest_pipeline.rigs.seeding import SHOP_POSTAL_ADDRESS as SHOP_POSTAL_ADDRESS
+from digest_pipeline.rigs.seeding import SHOP_UNSUBSCRIBE_URL as SHOP_UNSUBSCRIBE_URL
 from digest_pipeline.rigs.seeding import T0, W42
 from digest_pipeline.rigs.seeding import customer_id as customer_id
 from digest_pipeline.rigs.seeding import digest_rows_for as digest_rows_for

@@ -26,7 +26,7 @@ from digest_pipeline.cli.context import (
 )
 from digest_pipeline.cli.durability import require_durable_ledger
 from digest_pipeline.cli.files import read_input
-from digest_pipeline.cli.secrets import require_private_secret
+from digest_pipeline.cli.secrets import require_link_settings
 from digest_pipeline.domain.periods import Period
 from digest_pipeline.domain.states import CLAIMABLE, DeliveryState
 from digest_pipeline.instance import prepare_home
@@ -158,8 +158,8 @@ def run_period(ctx: Context, args: argparse.Namespace) -> int:
     operator = _check_window(ctx, period, args)
     # a ledger that can lose commits would send twice after a crash (cli/durability.py)
     require_durable_ledger(ctx, "digest run")
-    # the public demo secret signs links only on the demo's ledger (cli/secrets.py)
-    require_private_secret(ctx, "digest run")
+    # the demo's secret and loopback link, no postal address: demo ledger only (cli/secrets.py)
+    require_link_settings(ctx, "digest run")
     # last of the checks: a late grant is recorded only when the run can start right after it
     if operator is not None:
         _grant_late(ctx, period, operator, args.reason)

@@ -2,8 +2,9 @@
 
 It serves `digest_pipeline.serve.app` on `--host`/`--port` (default 127.0.0.1:8025, where the
 default `DIGEST_UNSUBSCRIBE_URL` points) against the configured ledger, until SIGINT or SIGTERM.
-It refuses to start, in one line, with the public demo secret or a short one on a ledger without
-demo data, with a secret that is not the one the ledger recorded, without the rotated-out secret
+It refuses to start, in one line, with the public demo secret or a short one, an unsubscribe
+link that is not public https or no postal address on a ledger without demo data (cli/secrets.py),
+with a secret that is not the one the ledger recorded, without the rotated-out secret
 (`DIGEST_UNSUBSCRIBE_SECRET_PREVIOUS`) while a rotation's overlap is open, on a ledger whose
 database can lose commits (cli/durability.py), and with a port it cannot listen on.
 """
@@ -14,6 +15,7 @@ from typing import Any
 from digest_pipeline.adapters.sql.feedback import SqlFeedbackStore, concurrent_callers
 from digest_pipeline.cli.context import EXIT_FAILED, EXIT_OK, Context, UsageError, ascii_int
 from digest_pipeline.cli.durability import require_durable_ledger
+from digest_pipeline.cli.secrets import compliance_of
 from digest_pipeline.serve.app import ServeConfig, build_app
 from digest_pipeline.serve.server import listening_socket, serve_forever
 from digest_pipeline.services.link_secrets import serve_secrets
@@ -55,6 +57,7 @@ def run_serve(ctx: Context, args: argparse.Namespace) -> int:
         settings.unsubscribe_secret,
         settings.unsubscribe_secret_previous,
         ctx.clock.now(),
+        compliance=compliance_of(ctx),
     )
     engine = ctx.engine
     app = build_app(

@@ -21,7 +21,7 @@ from digest_pipeline.cli.context import (
     table,
 )
 from digest_pipeline.cli.durability import require_durable_ledger
-from digest_pipeline.cli.secrets import require_private_secret
+from digest_pipeline.cli.secrets import require_link_settings
 from digest_pipeline.services.cleanup import CleanupReport
 from digest_pipeline.services.pipeline import SweepReport, sweep
 
@@ -74,7 +74,7 @@ def run_sweep(ctx: Context, args: argparse.Namespace) -> int:
     """Runs one sweep and prints its report."""
     settings = ctx.settings
     require_durable_ledger(ctx, "digest sweep")
-    require_private_secret(ctx, "digest sweep")
+    require_link_settings(ctx, "digest sweep")
     # lease owners and attempt workers are stored in 128 characters; host names may be longer
     owner = f"cli-sweep:{socket.gethostname()[:64]}:{os.getpid()}"
     deliverer = build_deliverer(ctx, owner)

@@ -16,9 +16,9 @@ import dagster as dg
 
 from digest_pipeline.defs.guards import (
     refuse_changed_snapshot,
+    refuse_link_settings,
     refuse_missed_week,
     refuse_nondurable_ledger,
-    refuse_public_secret,
     refused,
 )
 from digest_pipeline.defs.partitions import weekly_partitions
@@ -83,7 +83,7 @@ def deliver_batch(
     settings = delivery.settings()
     # first: a refused step records nothing, not even the secret's first fingerprint
     refuse_nondurable_ledger(ledger, settings.allow_nondurable_ledger)
-    refuse_public_secret(ledger, composer, clock)
+    refuse_link_settings(ledger, composer, clock)
     deliverer = build_deliverer(
         ledger=ledger,
         mailer=mailer,

@@ -3,10 +3,11 @@
 A missed week (its window closed before any attempt) fails the step with the same one line
 `digest run` prints, so a UI or schedule run of it is red with the reason, never a quiet green.
 So does a week whose frozen snapshot changed after the freeze, a delivery whose links the
-public demo secret (or a secret other than the one the ledger recorded) would sign, a ledger
-whose database can lose commits in a crash (`fsync`/`synchronous_commit` off), and a delivery
-the circuit breaker stopped: `refused` turns the services' named errors into a `dg.Failure`
-with their line.
+public demo secret (or a secret other than the one the ledger recorded) would sign, or that
+would carry a non-public or plain-http unsubscribe link or no postal address off a demo ledger,
+a ledger whose database can lose commits in a crash (`fsync`/`synchronous_commit` off), and a
+delivery the circuit breaker stopped: `refused` turns the services' named errors into a
+`dg.Failure` with their line.
 """
 
 from collections.abc import Iterator
@@ -14,6 +15,7 @@ from contextlib import contextmanager
 
 import dagster as dg
 
+from digest_pipeline.adapters.mail.render import Jinja2Composer
 from digest_pipeline.adapters.sql.base import SqlBase
 from digest_pipeline.adapters.sql.durability import read_durability
 from digest_pipeline.domain.durability import durability_refusal
@@ -22,7 +24,7 @@ from digest_pipeline.domain.periods import Period
 from digest_pipeline.domain.policy import DeliveryPolicy
 from digest_pipeline.ports import Clock, Composer, Ledger
 from digest_pipeline.services import late
-from digest_pipeline.services.link_secrets import secret_refusal
+from digest_pipeline.services.link_secrets import start_refusal
 from digest_pipeline.services.snapshot_gate import require_unchanged_snapshot
 
 
@@ -43,17 +45,20 @@ def refuse_missed_week(
         late.require_deliverable(ledger, policy, period, clock.now())
 
 
-def refuse_public_secret(ledger: Ledger, composer: Composer, clock: Clock) -> None:
-    """Raises `dg.Failure` (no step retry) unless the composer's secret may sign this ledger's links.
+def refuse_link_settings(ledger: Ledger, composer: Composer, clock: Clock) -> None:
+    """Raises `dg.Failure` (no step retry) unless the composer may send this ledger's digests.
 
-    The public demo secret and a short one only on a demo ledger; any secret only when its
-    fingerprint is the one the ledger recorded (services/link_secrets.py), so a daemon left
-    with another secret sends nothing.
+    The public demo secret and a short one, a non-public or plain-http unsubscribe link and a
+    missing postal address only on a demo ledger; any secret only when its fingerprint is the
+    one the ledger recorded (services/link_secrets.py), so a daemon left with another secret
+    sends nothing. A composer that signs no links (a test's fake) is not asked.
     """
     secret = composer.unsubscribe_secret
     if secret is None:
         return
-    refusal = secret_refusal(ledger, secret, clock.now(), what="delivery")
+    # the Composer port names no link or address: the Jinja2 composer is the one that has both
+    compliance = composer.compliance if isinstance(composer, Jinja2Composer) else None
+    refusal = start_refusal(ledger, secret, compliance, clock.now(), what="delivery")
     if refusal is not None:
         raise dg.Failure(description=refusal, allow_retries=False)
 

@@ -107,11 +107,13 @@ class MailerResource(dg.ConfigurableResource[Mailer]):
 
 
 class ComposerResource(dg.ConfigurableResource[Composer]):
-    """The Jinja2 digest composer with the configured sender and unsubscribe link."""
+    """The Jinja2 digest composer with the configured sender, unsubscribe link and address."""
 
     from_address: str | None = None
     unsubscribe_url: str | None = None
     unsubscribe_secret: str | None = None
+    postal_address: str | None = None
+    message_id_domain: str | None = None
 
     def create_resource(self, context: dg.InitResourceContext) -> Composer:
         return build_composer(_load(**self.model_dump()), SystemClock())

@@ -15,6 +15,15 @@ T0 = datetime(2026, 10, 19, 6, 0, tzinfo=UTC)
 W42 = Period(2026, 42)
 #: generated rows per customer made by `seed_period`
 ROWS_PER_CUSTOMER = 2
+#: a real shop's one-click link (the path `digest serve` answers) and postal address: a ledger
+#: without `digest seed` demo data refuses to deliver or serve without both (domain/compliance.py)
+SHOP_UNSUBSCRIBE_URL = "https://shop.example/unsubscribe/{customer_id}?token={token}"
+SHOP_POSTAL_ADDRESS = "Example Shop Ltd, 1 Market Street, Springfield 12345"
+#: the two as the environment a rig's or test's `digest` (or Dagster run) reads them from
+SHOP_LINK_SETTINGS = {
+    "DIGEST_UNSUBSCRIBE_URL": SHOP_UNSUBSCRIBE_URL,
+    "DIGEST_POSTAL_ADDRESS": SHOP_POSTAL_ADDRESS,
+}
 
 
 def customer_id(n: int) -> str:

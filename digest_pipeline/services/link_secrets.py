@@ -1,10 +1,11 @@
 """Which unsubscribe secret a process may sign or check links with, and its one audited change.
 
 A process that signs links (`digest run`, `digest sweep`, a Dagster delivery step) or checks them
-(`digest serve`) asks `secret_refusal` first: the public demo secret and a secret under 16 bytes
-are refused outside a demo ledger, and the first process on a ledger records its secret's keyed
-fingerprint (domain/fingerprints.py), so every later one with another secret is refused instead
-of sending links that `digest serve` answers with 403.
+(`digest serve`) asks `start_refusal` first: the public demo secret and a secret under 16 bytes
+are refused outside a demo ledger, and so are a link mailbox providers cannot reach and a
+missing postal address (domain/compliance.py); then the first process on a ledger records its
+secret's keyed fingerprint (domain/fingerprints.py), so every later one with another secret is
+refused instead of sending links that `digest serve` answers with 403.
 
 The recorded secret changes only through `rotate_secret` (`digest rotate-secret`), and these are
 its decisions:
@@ -22,9 +23,11 @@ its decisions:
 """
 
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from digest_pipeline.domain.compliance import Compliance, compliance_refusal
 from digest_pipeline.domain.errors import DigestError
 from digest_pipeline.domain.fingerprints import (
     UNSUBSCRIBE,
@@ -45,30 +48,48 @@ PREVIOUS = "DIGEST_UNSUBSCRIBE_SECRET_PREVIOUS"
 
 
 class SecretRefused(DigestError):
-    """A secret was refused for this ledger; the message is the one line that says why."""
+    """A secret (or the link and address it goes with) was refused; the message is the one line."""
 
 
 def _when(t: datetime | None) -> str:
     return "-" if t is None else t.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _strength_refusal(ledger: Ledger, secret: str, what: str) -> str | None:
-    # asked at most once, and only for a secret that needs the demo's leave
-    demo = functools.cache(ledger.holds_demo_data)
+def _strength_refusal(secret: str, demo: Callable[[], bool], what: str) -> str | None:
     return public_secret_refusal(secret, demo, what=what) or short_secret_refusal(
         secret, demo, what=what
     )
+
+
+def start_refusal(
+    ledger: Ledger, secret: str, compliance: Compliance | None, now: datetime, *, what: str
+) -> str | None:
+    """The first reason `what` must not start on `ledger`, or None when it may.
+
+    In order: the secret's strength, the unsubscribe link and postal address (`compliance`;
+    None for a composer that renders neither, a test's fake), then the secret's fingerprint.
+    Each refusal is one line naming its variable; a first fingerprint is recorded only when
+    nothing before it refused, so a refused start changes nothing recorded.
+    """
+    # asked at most once, and only when a setting needs the demo's leave
+    demo = functools.cache(ledger.holds_demo_data)
+    refusal = _strength_refusal(secret, demo, what)
+    if refusal is None and compliance is not None:
+        refusal = compliance_refusal(compliance, demo, what=what)
+    return refusal or _fingerprint_refusal(ledger, secret, now, what)
 
 
 def secret_refusal(ledger: Ledger, secret: str, now: datetime, *, what: str) -> str | None:
     """Why `what` must not sign or check links with `secret` on `ledger`, or None when it may.
 
     When it may, the secret's fingerprint is the recorded one: recorded now if the ledger had
-    none (the first process that signs or checks links on it).
+    none (the first process that signs or checks links on it). A process that starts sending
+    or serving asks `start_refusal`, which checks the link and the postal address too.
     """
-    refusal = _strength_refusal(ledger, secret, what)
-    if refusal is not None:
-        return refusal
+    return start_refusal(ledger, secret, None, now, what=what)
+
+
+def _fingerprint_refusal(ledger: Ledger, secret: str, now: datetime, what: str) -> str | None:
     mine = fingerprint(secret)
     record = ledger.secret_fingerprints.record_first_fingerprint(UNSUBSCRIBE, mine, now)
     if record.current == mine:
@@ -93,14 +114,24 @@ def require_secret(ledger: Ledger, secret: str, now: datetime, *, what: str) -> 
         raise SecretRefused(refusal)
 
 
-def serve_secrets(ledger: Ledger, secret: str, previous: str | None, now: datetime) -> LinkSecrets:
+def serve_secrets(
+    ledger: Ledger,
+    secret: str,
+    previous: str | None,
+    now: datetime,
+    *,
+    compliance: Compliance | None,
+) -> LinkSecrets:
     """The secrets `digest serve` checks links with; SecretRefused when it must not start.
 
-    During a rotation's overlap the previous secret is required, or every link in the digests
-    sent before the rotation would get 403; one that is not the rotated-out secret is refused.
+    `start_refusal` first, with the link and address the digests carry (`compliance`). During a
+    rotation's overlap the previous secret is required, or every link in the digests sent
+    before the rotation would get 403; one that is not the rotated-out secret is refused.
     """
     what = "digest serve"
-    require_secret(ledger, secret, now, what=what)
+    refusal = start_refusal(ledger, secret, compliance, now, what=what)
+    if refusal is not None:
+        raise SecretRefused(refusal)
     record = ledger.secret_fingerprints.fingerprint_record(UNSUBSCRIBE)
     if record is None:  # pragma: no cover - require_secret has just recorded it
         raise SecretRefused(f"{what} refused: no {UNSUBSCRIBE} secret is recorded")
@@ -148,7 +179,7 @@ def rotate_secret(
     what = "digest rotate-secret"
     if not reason.strip():
         raise SecretRefused(f"{what} refused: --reason must say why the secret changes")
-    refusal = _strength_refusal(ledger, new, what)
+    refusal = _strength_refusal(new, functools.cache(ledger.holds_demo_data), what)
     if refusal is not None:
         raise SecretRefused(refusal)
     if previous is not None and previous == new:

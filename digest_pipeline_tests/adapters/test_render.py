@@ -13,6 +13,7 @@ from digest_pipeline.domain.errors import RenderError
 from digest_pipeline.domain.model import DigestRow, Message, WorkItem, keyed_message_id
 from digest_pipeline.domain.periods import OperationKey
 from digest_pipeline.domain.states import DeliveryState
+from digest_pipeline_tests.builders import SHOP_POSTAL_ADDRESS
 from digest_pipeline_tests.conftest import T0, W42
 from digest_pipeline_tests.fakes import FixedClock
 
@@ -64,6 +65,7 @@ def composer(secret: str = "s3cret", sender: str = "digest@example.com") -> Jinj
         unsubscribe_url=UNSUBSCRIBE,
         unsubscribe_secret=secret,
         clock=FixedClock(T0),
+        postal_address=SHOP_POSTAL_ADDRESS,
     )
 
 

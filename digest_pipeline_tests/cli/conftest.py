@@ -32,7 +32,13 @@ from digest_pipeline.domain.policy import DeliveryPolicy
 from digest_pipeline.domain.retry import RetryPolicy
 from digest_pipeline.ports import Clock, Composer, Mailer
 from digest_pipeline.services.deliver import DeliveryReport
-from digest_pipeline_tests.builders import deliver_all, key_of, make_deliverer, seed_period
+from digest_pipeline_tests.builders import (
+    SHOP_LINK_SETTINGS,
+    deliver_all,
+    key_of,
+    make_deliverer,
+    seed_period,
+)
 from digest_pipeline_tests.conftest import SQL_BACKENDS, T0, hermetic_env, throwaway_allowance
 from digest_pipeline_tests.fakes import FaultInjectingMailer, FixedClock, WrappingMailer
 
@@ -184,8 +190,10 @@ def make_world(
         "DIGEST_MAILER": "outbox",
         "DIGEST_OUTBOX_DIR": str(outbox_dir),
         "DIGEST_CONCURRENCY": "2",
-        # a real shop's ledger (no `digest seed` marker): the public demo secret is refused
+        # a real shop's ledger (no `digest seed` marker): the public demo secret is refused,
+        # and so are the demo's loopback link and a missing postal address
         "DIGEST_UNSUBSCRIBE_SECRET": PRIVATE_SECRET,
+        **SHOP_LINK_SETTINGS,
         # the test cluster runs with fsync off; `test_nondurable_ledger.py` blanks this
         **throwaway_allowance(),
     }

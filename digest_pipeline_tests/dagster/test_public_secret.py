@@ -3,7 +3,8 @@
 The delivery step asks the composer which secret signs its links and the ledger whether it holds
 `digest seed` demo data: the public value or a short one on a real shop's ledger fails the step
 with one line, before anything is claimed, and so does a secret whose fingerprint is not the one
-the ledger recorded; on the demo's ledger, or with the recorded private secret, the week goes out.
+the ledger recorded, an unsubscribe link that is not public https, or no postal address; on the
+demo's ledger, or with the recorded private secret, the week goes out.
 """
 
 from pathlib import Path
@@ -14,12 +15,15 @@ from digest_pipeline.domain.fingerprints import UNSUBSCRIBE, fingerprint
 from digest_pipeline.domain.states import DeliveryState
 from digest_pipeline.settings import load_settings
 from digest_pipeline.wiring import build_composer
+from digest_pipeline_tests.builders import SHOP_LINK_SETTINGS, SHOP_UNSUBSCRIBE_URL
 from digest_pipeline_tests.conftest import T0, W42
 from digest_pipeline_tests.dagster.harness import World
 
 
-def _with_composer(world: World, secret: str | None) -> World:
-    env = {} if secret is None else {"DIGEST_UNSUBSCRIBE_SECRET": secret}
+def _with_composer(
+    world: World, secret: str | None, links: dict[str, str] = SHOP_LINK_SETTINGS
+) -> World:
+    env = {**links} if secret is None else {**links, "DIGEST_UNSUBSCRIBE_SECRET": secret}
     world.composer = build_composer(load_settings(env, Path.cwd()), world.clock)  # type: ignore[assignment]
     return world
 
@@ -88,3 +92,34 @@ def test_the_first_delivery_records_its_secrets_fingerprint(world_of):
     record = world.ledger.secret_fingerprints.fingerprint_record(UNSUBSCRIBE)
     assert record is not None
     assert record.current == fingerprint("a-private-secret-0123")
+
+
+@pytest.mark.parametrize(
+    ("links", "variable"),
+    [
+        ({"DIGEST_POSTAL_ADDRESS": "1 Market Street, Springfield"}, "DIGEST_UNSUBSCRIBE_URL"),
+        ({"DIGEST_UNSUBSCRIBE_URL": SHOP_UNSUBSCRIBE_URL}, "DIGEST_POSTAL_ADDRESS"),
+    ],
+    ids=["loopback-link", "no-address"],
+)
+def test_a_loopback_link_or_no_address_on_a_real_shops_ledger_fails_delivery(
+    world_of, links, variable
+):
+    world = _with_composer(world_of(3), "a-private-secret-0123", links)
+    world.ledger.demo_data = False
+
+    result = world.materialize(raise_on_error=False)
+
+    assert not result.success
+    failures = [str(e.event_specific_data) for e in result.all_events if e.is_step_failure]
+    assert failures
+    assert all(f"delivery refused: {variable} " in f for f in failures)
+    assert world.mailer.deliveries == []
+    assert {i.state for i in world.ledger.items(W42)} == {DeliveryState.PENDING}
+    assert world.ledger.secret_fingerprints.fingerprint_record(UNSUBSCRIBE) is None
+
+
+def test_the_demo_ledger_delivers_with_the_loopback_link_and_no_address(world_of):
+    world = _with_composer(world_of(3), None, {})
+
+    assert world.materialize().success

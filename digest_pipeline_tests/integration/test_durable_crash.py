@@ -26,7 +26,7 @@ import pytest
 from digest_pipeline.domain.periods import Period
 from digest_pipeline.domain.states import DeliveryState
 from digest_pipeline.rigs.bootstrap import open_rig_ledger
-from digest_pipeline.rigs.seeding import email_of, seed_period
+from digest_pipeline.rigs.seeding import SHOP_LINK_SETTINGS, email_of, seed_period
 from digest_pipeline.rigs.servers.pg_cluster import PgCluster, find_binaries
 from digest_pipeline_tests.conftest import under_ci
 from digest_pipeline_tests.smtp_peer import HangAfterBody, SmtpPeer
@@ -80,6 +80,7 @@ def digest_env(cluster: PgCluster, peer: SmtpPeer) -> dict[str, str]:
         # the latest complete week ended up to 7 days ago: its window stays open through the test
         "DIGEST_DELIVERY_WINDOW_SECONDS": str(14 * 86_400),
         "DIGEST_UNSUBSCRIBE_SECRET": "a-private-secret-for-the-durable-crash-test-0123456789",
+        **SHOP_LINK_SETTINGS,
     }
 
 

@@ -33,7 +33,12 @@ from digest_pipeline.domain.feedback import EventOutcome, SuppressionReason
 from digest_pipeline.domain.states import DeliveryState
 from digest_pipeline.rigs.servers.provider_server import webhook_payload
 from digest_pipeline.rigs.servers.serve_process import ServeProcess
-from digest_pipeline_tests.builders import customer_id, failed_invariants, key_of
+from digest_pipeline_tests.builders import (
+    SHOP_LINK_SETTINGS,
+    customer_id,
+    failed_invariants,
+    key_of,
+)
 from digest_pipeline_tests.conftest import SQL_BACKENDS, T0, W42
 from digest_pipeline_tests.fakes import FixedClock
 from digest_pipeline_tests.serve.conftest import (
@@ -80,6 +85,7 @@ def shop(
     env = {
         "DIGEST_DATABASE_URL": engine.url.render_as_string(hide_password=False),
         "DIGEST_UNSUBSCRIBE_SECRET": SECRET,
+        **SHOP_LINK_SETTINGS,
         "DIGEST_WEBHOOK_SECRETS": f"resend={WEBHOOK_SECRET}",
     }
     with ServeProcess(env) as server:

@@ -14,10 +14,12 @@ from sqlalchemy import Engine
 
 from digest_pipeline.adapters.sql.feedback import SqlFeedbackStore, concurrent_callers
 from digest_pipeline.adapters.sql.ledger import SqlLedger
+from digest_pipeline.domain.compliance import Compliance
 from digest_pipeline.domain.unsubscribe import unsubscribe_token
 from digest_pipeline.serve.app import ServeConfig, build_app
 from digest_pipeline.serve.server import BackgroundServer
 from digest_pipeline.services.link_secrets import require_secret, rotate_secret, serve_secrets
+from digest_pipeline_tests.builders import SHOP_POSTAL_ADDRESS, SHOP_UNSUBSCRIBE_URL
 from digest_pipeline_tests.conftest import SQL_BACKENDS, T0
 from digest_pipeline_tests.fakes import FixedClock
 from digest_pipeline_tests.serve.conftest import ONE_CLICK, ONE_CLICK_BODY, SECRET, deliver_week
@@ -40,7 +42,8 @@ def test_links_of_the_rotated_out_secret_work_only_during_the_overlap(
     ledger = SqlLedger(engine)
     require_secret(ledger, OLD, clock.now(), what="digest run")  # the week's links were OLD's
     rotate_secret(ledger, SECRET, OLD, OVERLAP, clock.now(), actor="alice", reason="yearly")
-    secrets = serve_secrets(ledger, SECRET, OLD, clock.now())
+    shop = Compliance(SHOP_UNSUBSCRIBE_URL, SHOP_POSTAL_ADDRESS)
+    secrets = serve_secrets(ledger, SECRET, OLD, clock.now(), compliance=shop)
     app = build_app(
         config=ServeConfig(
             unsubscribe_secret=secrets.current,

@@ -22,6 +22,7 @@ from sqlalchemy import Engine
 from digest_pipeline.cli import main
 from digest_pipeline.rigs.servers.serve_process import ServeProcess
 from digest_pipeline.settings import ServeLimits
+from digest_pipeline_tests.builders import SHOP_LINK_SETTINGS
 from digest_pipeline_tests.conftest import T0
 from digest_pipeline_tests.fakes import FixedClock
 from digest_pipeline_tests.serve.conftest import (
@@ -232,6 +233,7 @@ def test_digest_serve_takes_its_cap_from_the_environment(
     env = {
         "DIGEST_DATABASE_URL": engine.url.render_as_string(hide_password=False),
         "DIGEST_UNSUBSCRIBE_SECRET": SECRET,
+        **SHOP_LINK_SETTINGS,
         "DIGEST_WEBHOOK_SECRETS": f"resend={WEBHOOK_SECRET}",
         "DIGEST_SERVE_MAX_CONNECTIONS": "1",
     }

@@ -67,6 +67,9 @@ def test_settings_are_read_from_the_digest_variables():
         ("DIGEST_FROM_ADDRESS", "a@shop.example, b@shop.example"),  # one sender
         ("DIGEST_FROM_ADDRESS", "digest@"),  # the parser crashes on this one
         ("DIGEST_FROM_ADDRESS", "x@["),
+        ("DIGEST_SEND_RATE", "0"),  # no pace is an unset rate, not a zero one
+        ("DIGEST_SEND_RATE", "inf"),
+        ("DIGEST_SEND_RATE", "two"),
     ],
 )
 def test_a_bad_value_is_a_one_line_error_naming_the_variable(name, value):

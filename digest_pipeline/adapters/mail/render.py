@@ -1,7 +1,8 @@
 """The digest as customers see it: subject, preheader, text and HTML parts from Jinja2 templates.
 
 It sets the headers every digest carries (design §7, RFC 8058 one-click unsubscribe, an RFC 2919
-List-Id and a Feedback-ID, both named after the sender's domain and never a customer). Anything
+List-Id and a Feedback-ID, both named after the sender's domain and never a customer), and both
+parts' footers show the sender's postal address (`DIGEST_POSTAL_ADDRESS`, CAN-SPAM). Anything
 that cannot become a safe message raises RenderError with a one-line reason naming the operation
 key, never the address or content, so delivery records a permanent failure for that item. A
 refused pick is named by its row position, its product id and the field (`digest row 2 (product
@@ -10,8 +11,8 @@ link's token is `domain.unsubscribe.unsubscribe_token` (re-exported here), the o
 checks.
 
 The Message-ID is keyed by the install: HMAC-SHA256 under a key derived from the unsubscribe
-secret (never the secret itself, so it reveals no token material), at the sender's domain, and the
-same for every retry of one operation key. After `digest rotate-secret` later sends carry other
+secret (never the secret itself, so it reveals no token material), at `DIGEST_MESSAGE_ID_DOMAIN`
+(the sender's domain by default), and the same for every retry of one operation key. After `digest rotate-secret` later sends carry other
 Message-IDs, so a receiver sees a resend after the rotation as a new message, not a duplicate.
 """
 
@@ -34,6 +35,7 @@ import markupsafe
 
 from digest_pipeline.adapters.mail.mime import PLAIN_ADDRESS, check_headers, to_bytes
 from digest_pipeline.domain.catalogue import encodable, is_web_link, shown_id
+from digest_pipeline.domain.compliance import Compliance, message_id_domain, postal_address
 from digest_pipeline.domain.errors import RenderError
 from digest_pipeline.domain.model import DigestRow, Message, WorkItem, keyed_message_id
 from digest_pipeline.domain.periods import FIRST_PERIOD, OperationKey
@@ -63,6 +65,11 @@ _HOSTNAME = re.compile(r"[a-z0-9](?:[a-z0-9-]*[a-z0-9])?(?:\.[a-z0-9](?:[a-z0-9-
 _MESSAGE_ID_LABEL = b"digest-message-id"
 #: the Message-ID domain of a sender without one; compose refuses such a sender anyway
 _NO_DOMAIN = "digest.invalid"
+#: the footer's address when `DIGEST_POSTAL_ADDRESS` is unset. Only a demo ledger gets that far
+#: (a real one is refused at start, domain/compliance.py); a marked placeholder, not an empty
+#: line, so the demo shows where the address goes and a message that ever went out without one
+#: would say so instead of hiding it.
+DEMO_POSTAL_ADDRESS = "[demo: no postal address; set DIGEST_POSTAL_ADDRESS]"
 
 
 def message_id_key(secret: str) -> bytes:
@@ -126,10 +133,10 @@ def _list_headers(key: OperationKey, domain: str | None) -> tuple[tuple[str, str
 
 
 def _headers(
-    key: OperationKey, unsubscribe: str, now: datetime, domain: str | None, id_key: bytes
+    key: OperationKey, unsubscribe: str, now: datetime, domain: str | None, message_id: str
 ) -> tuple[tuple[str, str], ...]:
     return (
-        ("Message-ID", keyed_message_id(key, id_key, domain or _NO_DOMAIN)),
+        ("Message-ID", message_id),
         ("X-Digest-Operation-Key", str(key)),
         ("List-Unsubscribe", f"<{unsubscribe}>"),
         ("List-Unsubscribe-Post", "List-Unsubscribe=One-Click"),
@@ -254,6 +261,8 @@ class Jinja2Composer(Composer):
         unsubscribe_secret: str,
         clock: Clock,
         shop_name: str = "Example Shop",
+        postal_address: str | None = None,
+        message_id_domain: str | None = None,
     ) -> None:
         env = jinja2.Environment(
             loader=jinja2.PackageLoader("digest_pipeline", "templates"),
@@ -287,11 +296,18 @@ class Jinja2Composer(Composer):
         self._id_key = message_id_key(unsubscribe_secret)
         self._clock = clock
         self._shop_name = shop_name
+        self._postal_address = postal_address
+        self._message_id_domain = message_id_domain  # None: the sender's domain
         self._settings_refused = self._probe_settings()
 
     @property
     def unsubscribe_secret(self) -> str:
         return self._secret
+
+    @property
+    def compliance(self) -> Compliance:
+        """The unsubscribe link template and postal address every digest carries."""
+        return Compliance(self._unsubscribe_url, self._postal_address)
 
     def compose(self, item: WorkItem, recipient: str, rows: Sequence[DigestRow]) -> Message:
         key = item.key
@@ -319,7 +335,9 @@ class Jinja2Composer(Composer):
             subject=subject,
             text=text,
             html=html,
-            headers=_headers(key, context["unsubscribe_url"], now, self._domain, self._id_key),
+            headers=_headers(
+                key, context["unsubscribe_url"], now, self._domain, self._message_id(key)
+            ),
         )
         # Only the cheap checks: serialising here costs about 0.6 ms, seven times the rendering,
         # and every mailer that serialises does so anyway, before anything leaves, turning a
@@ -350,6 +368,7 @@ class Jinja2Composer(Composer):
             "shop_name": self._shop_name,
             "period_label": f"week {item.period.week}, {item.period.year}",
             "unsubscribe_url": self._unsubscribe(key.customer_id),
+            "postal_address": self._postal_address or DEMO_POSTAL_ADDRESS,
         }
 
     def pick_blocks(self, picks: Sequence[_Pick]) -> _PickBlocks:
@@ -369,7 +388,14 @@ class Jinja2Composer(Composer):
         if clock is None:
             return None
         return partial(
-            _composer, self._sender, self._unsubscribe_url, self._secret, self._shop_name, clock
+            _composer,
+            self._sender,
+            self._unsubscribe_url,
+            self._secret,
+            self._shop_name,
+            clock,
+            self._postal_address,
+            self._message_id_domain,
         )
 
     @property
@@ -384,6 +410,10 @@ class Jinja2Composer(Composer):
         ctx = template.new_context(self._globals[name] | context, shared=True)
         return "".join(template.root_render_func(ctx))
 
+    def _message_id(self, key: OperationKey) -> str:
+        domain = self._message_id_domain or self._domain or _NO_DOMAIN
+        return keyed_message_id(key, self._id_key, domain)
+
     def _unsubscribe(self, customer_id: str) -> str:
         return self._unsubscribe_url.format(
             customer_id=quote(customer_id, safe=""),
@@ -391,18 +421,27 @@ class Jinja2Composer(Composer):
         )
 
     def _probe_settings(self) -> str | None:
-        """Why the sender, the unsubscribe link or the shop's name cannot be in a message, if so.
+        """Why a setting every message holds (sender, link, names, address) cannot be, if so.
 
-        The shop's name is in the parts, which compose does not check per message. The others
+        The shop's name and the postal address are in the parts, which compose does not check
+        per message; a composer made without the settings (a test's, a benchmark's) has the
+        postal address and Message-ID domain checked as `load_settings` checks them. The others
         are the same for every item, and the other per-item header parts (customer id, token,
         Message-ID digest, date, week) come from fixed alphabets, so one serialisation at the
         longest customer id answers for every message; To and Subject are checked per item.
         """
         if not encodable(self._shop_name):
             return "the shop name is not valid Unicode"
+        for name, value, check in (
+            ("postal address", self._postal_address, postal_address),
+            ("Message-ID domain", self._message_id_domain, message_id_domain),
+        ):
+            if value is not None and not _passes(check, value):
+                return f"the {name} is not what its setting accepts"
         unsubscribe = self._unsubscribe(_PROBE_KEY.customer_id)
         probe_time = datetime(2026, 1, 5, tzinfo=UTC)
-        headers = _headers(_PROBE_KEY, unsubscribe, probe_time, self._domain, self._id_key)
+        message_id = self._message_id(_PROBE_KEY)
+        headers = _headers(_PROBE_KEY, unsubscribe, probe_time, self._domain, message_id)
         probe = Message(_PROBE_KEY, "probe@example.invalid", self._sender, "p", "p", None, headers)
         try:
             to_bytes(probe)
@@ -414,8 +453,22 @@ class Jinja2Composer(Composer):
         return None
 
 
+def _passes(check: Callable[[str], str], value: str) -> bool:
+    try:
+        check(value)
+    except ValueError:
+        return False
+    return True
+
+
 def _composer(
-    sender: str, url: str, secret: str, shop_name: str, clock: Callable[[], Clock]
+    sender: str,
+    url: str,
+    secret: str,
+    shop_name: str,
+    clock: Callable[[], Clock],
+    postal: str | None,
+    id_domain: str | None,
 ) -> Jinja2Composer:
     """`Jinja2Composer.recipe`'s call: the same composer, on a clock made in this process."""
     return Jinja2Composer(
@@ -424,4 +477,6 @@ def _composer(
         unsubscribe_secret=secret,
         clock=clock(),
         shop_name=shop_name,
+        postal_address=postal,
+        message_id_domain=id_domain,
     )
