@@ -1,8 +1,8 @@
-"""`make bench`: the benchmarks of issue 7, the SQL floor and the phases of issue 15,
-consecutive weeks on one ledger, the UI launch of issue 11, `digest run` with one and two
-delivery processes, the Celery scale-out and send pacing against a rate-limited provider, in
-order, each printing its table and writing JSON; then issue 15's targets, judged from the JSON
-this invocation wrote (`benchmarks.targets`).
+"""`make bench`: the scale benchmarks, the SQL floor and the phases one by one, consecutive
+weeks on one ledger, the UI launch, `digest run` with one and two delivery processes, the
+Celery scale-out and send pacing against a rate-limited provider, in order, each printing its
+table and writing JSON; then the scale targets, judged from the JSON this invocation wrote
+(`benchmarks.targets`).
 
 Run under `scripts/pg-test-cluster.sh` (and `scripts/redis-test-server.sh` for Celery) for the
 PostgreSQL variants; without `DIGEST_TEST_DATABASE_URL` (or `DIGEST_TEST_REDIS_URL`) they are
