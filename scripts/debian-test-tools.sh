@@ -53,46 +53,19 @@ if [[ "$(id -u)" -ne 0 ]] || ! command -v apt-get >/dev/null; then
     exit 0
 fi
 
-readonly POLICY_RC=/usr/sbin/policy-rc.d
-POLICY_SAVED=""
-POLICY_OURS=0
+# shellcheck source=lib/apt-without-services.sh
+source "$(dirname "$SELF")/lib/apt-without-services.sh"
 
-# Put back whatever /usr/sbin/policy-rc.d was there before the install. Never fails.
-restore_policy_rc() {
-    if [[ "$POLICY_OURS" -eq 1 ]]; then
-        rm -f -- "$POLICY_RC"
-        POLICY_OURS=0
-    fi
-    if [[ -n "$POLICY_SAVED" ]]; then
-        mv -f -- "$POLICY_SAVED" "$POLICY_RC" ||
-            log "could not restore $POLICY_RC from $POLICY_SAVED"
-        POLICY_SAVED=""
-    fi
-}
-
-trap restore_policy_rc EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
 log "installing Debian's ${missing[*]} (no service is started)"
-export DEBIAN_FRONTEND=noninteractive
 # postfix asks which kind of mail system this is; "No configuration" writes no main.cf, so
 # nothing could deliver mail even if the service were started. smtp-sink needs none.
 if [[ " ${missing[*]} " == *" postfix "* ]]; then
     echo "postfix postfix/main_mailer_type select No configuration" | debconf-set-selections
 fi
-if [[ -e "$POLICY_RC" || -L "$POLICY_RC" ]]; then
-    POLICY_SAVED="$POLICY_RC.digest-saved.$$"
-    mv -f -- "$POLICY_RC" "$POLICY_SAVED"
-fi
-POLICY_OURS=1
-printf '#!/bin/sh\n# Temporary, from %s: start no services.\nexit 101\n' "$SELF" >"$POLICY_RC"
-chmod 755 "$POLICY_RC"
-apt-get update >&2 || die "apt-get update failed"
-apt-get install -y --no-install-recommends "${missing[@]}" >&2 ||
-    die "apt-get install ${missing[*]} failed"
-restore_policy_rc
-trap - EXIT
+apt_install_without_services "${missing[@]}"
 
 # Belt and braces: if a service this install brought started anyway (an init system that
 # ignores the policy), stop it.

@@ -111,22 +111,8 @@ find_redis_server() {
     return 1
 }
 
-readonly POLICY_RC=/usr/sbin/policy-rc.d
-POLICY_SAVED=""
-POLICY_OURS=0
-
-# Put back whatever /usr/sbin/policy-rc.d was there before install_redis. Never fails.
-restore_policy_rc() {
-    if [[ "$POLICY_OURS" -eq 1 ]]; then
-        rm -f -- "$POLICY_RC"
-        POLICY_OURS=0
-    fi
-    if [[ -n "$POLICY_SAVED" ]]; then
-        mv -f -- "$POLICY_SAVED" "$POLICY_RC" ||
-            log "could not restore $POLICY_RC from $POLICY_SAVED"
-        POLICY_SAVED=""
-    fi
-}
+# shellcheck source=lib/apt-without-services.sh
+source "$(dirname "$SELF")/lib/apt-without-services.sh"
 
 install_redis() {
     [[ "$AS_ROOT" -eq 1 ]] ||
@@ -134,23 +120,9 @@ install_redis() {
             "install Debian's 'redis-server' package"
     command -v apt-get >/dev/null || die "redis-server not found and apt-get is unavailable"
     log "redis-server not found; installing Debian's redis-server package"
-    export DEBIAN_FRONTEND=noninteractive
     # The package's postinst starts a system-wide server on port 6379 that would outlive this
-    # script. A policy-rc.d that exits 101 tells invoke-rc.d/deb-systemd-invoke not to start it;
-    # any existing policy-rc.d is moved aside for the install and put back afterwards.
-    trap restore_policy_rc EXIT
-    if [[ -e "$POLICY_RC" || -L "$POLICY_RC" ]]; then
-        POLICY_SAVED="$POLICY_RC.digest-saved.$$"
-        mv -f -- "$POLICY_RC" "$POLICY_SAVED"
-    fi
-    POLICY_OURS=1
-    printf '#!/bin/sh\n# Temporary, from %s: start no services.\nexit 101\n' "$SELF" \
-        >"$POLICY_RC"
-    chmod 755 "$POLICY_RC"
-    apt-get update >&2
-    apt-get install -y --no-install-recommends redis-server >&2
-    restore_policy_rc
-    trap - EXIT
+    # script; the install starts no service.
+    apt_install_without_services redis-server
     # Belt and braces: if the service started anyway (e.g. a policy the init system ignores),
     # stop it.
     if command -v service >/dev/null; then
