@@ -20,12 +20,16 @@ sp = send_pacing
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
-def _us(at: datetime) -> int:
-    return (at - _EPOCH) // timedelta(microseconds=1)
+#: the pause's end as a number: 0 for a mailer never paused
+_paused = func.coalesce(sp.c.paused_until_us, 0)
 
 
 def _us_of(span: timedelta) -> int:
     return span // timedelta(microseconds=1)
+
+
+def _us(at: datetime) -> int:
+    return _us_of(at - _EPOCH)
 
 
 def _at(us: int) -> datetime:
@@ -49,56 +53,58 @@ class SqlSendBudget(SendBudget):
             conn.execute(insert(sp).values(mailer=mailer, next_slot_us=0).on_conflict_do_nothing())
 
     def take_slot(self, mailer: str, interval: timedelta, now: datetime) -> Slot:
-        step = interval // timedelta(microseconds=1)
         at = _us(now)
-        paused = func.coalesce(sp.c.paused_until_us, 0)
         # the slot this take fills: the scheduled one when it is at most SLACK late; else now,
         # so that a first send, or one after a pause or a quiet spell, starts a fresh schedule
-        on_time = self._latest(sp.c.next_slot_us, paused) >= at - _us_of(SLACK)
-        start = case((on_time, self._latest(sp.c.next_slot_us, paused)), else_=at)
+        due = self._latest(sp.c.next_slot_us, _paused)
+        start = case((due >= at - _us_of(SLACK), due), else_=at)
         take = (
             update(sp)
-            .where(sp.c.mailer == mailer, sp.c.next_slot_us <= at, paused <= at)
-            .values(next_slot_us=start + step)
+            .where(sp.c.mailer == mailer, due <= at)
+            .values(next_slot_us=start + _us_of(interval))
             .returning(sp.c.next_slot_us)
         )
         with self._engine.begin() as conn:
             taken = conn.execute(take).first()
         if taken is not None:
             return Slot(True, _at(taken[0]))
+        row = self._read(mailer)
+        if row is None:
+            # the mailer's first slot: make its row; the caller tries again at once
+            self._ensure(mailer)
+            return Slot(False, now)
+        next_slot, last = row
+        if last is None or last.until <= now:
+            return Slot(False, next_slot)
+        return Slot(False, max(next_slot, last.until), last)
+
+    def pause(self, mailer: str, pause: Pause) -> None:
+        self._ensure(mailer)
+        until = _us(pause.until)
         with self._engine.begin() as conn:
+            conn.execute(
+                update(sp)
+                .where(sp.c.mailer == mailer)
+                .values(
+                    paused_until_us=self._latest(_paused, until),
+                    paused_why=case((_paused < until, pause.why), else_=sp.c.paused_why),
+                )
+            )
+
+    def current_pause(self, mailer: str) -> Pause | None:
+        row = self._read(mailer)
+        return None if row is None else row[1]
+
+    def _read(self, mailer: str) -> tuple[datetime, Pause | None] | None:
+        """The mailer's next slot and latest pause; None before its first use."""
+        with self._engine.connect() as conn:
             row = conn.execute(
                 select(sp.c.next_slot_us, sp.c.paused_until_us, sp.c.paused_why).where(
                     sp.c.mailer == mailer
                 )
             ).first()
         if row is None:
-            # the mailer's first slot: make its row; the caller tries again at once
-            self._ensure(mailer)
-            return Slot(False, now)
-        next_us, until_us, why = row
-        pause = None if until_us is None or until_us <= at else Pause(_at(until_us), why)
-        return Slot(False, _at(max(next_us, until_us or 0)), pause)
-
-    def pause(self, mailer: str, pause: Pause) -> None:
-        self._ensure(mailer)
-        until = _us(pause.until)
-        earlier = func.coalesce(sp.c.paused_until_us, 0) < until
-        with self._engine.begin() as conn:
-            conn.execute(
-                update(sp)
-                .where(sp.c.mailer == mailer)
-                .values(
-                    paused_until_us=self._latest(func.coalesce(sp.c.paused_until_us, 0), until),
-                    paused_why=case((earlier, pause.why), else_=sp.c.paused_why),
-                )
-            )
-
-    def current_pause(self, mailer: str) -> Pause | None:
-        with self._engine.connect() as conn:
-            row = conn.execute(
-                select(sp.c.paused_until_us, sp.c.paused_why).where(sp.c.mailer == mailer)
-            ).first()
-        if row is None or row[0] is None:
             return None
-        return Pause(_at(row[0]), row[1])
+        next_us, until_us, why = row
+        # the table's CHECK keeps the pause's end and reason together
+        return _at(next_us), None if until_us is None else Pause(_at(until_us), why)
