@@ -457,7 +457,9 @@ class TestSecrets:
     def test_settings_repr_hides_the_api_key(self, server: ProviderServer) -> None:
         assert server.api_key not in repr(settings_for(server.url, server.api_key))
 
-    def test_construction_does_no_io(self) -> None:
+    @staticmethod
+    def _recording_mailer() -> tuple[HttpProviderMailer, list[httpx.Request]]:
+        """A mailer of an unresolvable host whose transport records every request it gets."""
         calls: list[httpx.Request] = []
 
         def record(request: httpx.Request) -> httpx.Response:
@@ -465,28 +467,24 @@ class TestSecrets:
             return httpx.Response(200, json={"id": "x"})
 
         settings = settings_for("http://unreachable.invalid:9", "k")
-        mailer = HttpProviderMailer(settings, transport=httpx.MockTransport(record))
+        return HttpProviderMailer(settings, transport=httpx.MockTransport(record)), calls
+
+    def test_construction_does_no_io(self) -> None:
+        mailer, calls = self._recording_mailer()
         assert mailer.capabilities.idempotency_window == WINDOW
         assert not mailer.capabilities.can_lookup
         mailer.close()
         assert calls == []
         # nor without a transport: an unresolvable host is only looked up on the first send
-        HttpProviderMailer(settings).close()
+        HttpProviderMailer(settings_for("http://unreachable.invalid:9", "k")).close()
 
     def test_prepare_builds_the_client_and_sends_nothing(self) -> None:
-        calls: list[httpx.Request] = []
-
-        def record(request: httpx.Request) -> httpx.Response:
-            calls.append(request)
-            return httpx.Response(200, json={"id": "x"})
-
-        settings = settings_for("http://unreachable.invalid:9", "k")
-        mailer = HttpProviderMailer(settings, transport=httpx.MockTransport(record))
+        mailer, calls = self._recording_mailer()
         mailer.prepare()
         assert mailer._client is not None
         assert calls == []
         mailer.close()
         # an unresolvable host is not looked up either
-        unresolvable = HttpProviderMailer(settings)
+        unresolvable = HttpProviderMailer(settings_for("http://unreachable.invalid:9", "k"))
         unresolvable.prepare()
         unresolvable.close()
