@@ -78,16 +78,21 @@ def test_a_keyed_message_id_differs_per_operation_key():
     assert one != keyed_message_id(OperationKey(W42, "customer-2"), id_key, "shop.example")
 
 
-def test_the_message_id_domain_setting_replaces_the_senders_domain_there_only():
-    item = item_for(CUSTOMER)
-    rows = picks(item.key, product(1), product(2))
-    mail = Jinja2Composer(
+def _with_message_id_domain(domain: str) -> Jinja2Composer:
+    """The shop's composer, its Message-IDs at `domain`."""
+    return Jinja2Composer(
         sender="digest@shop.example",
         unsubscribe_url=UNSUBSCRIBE,
         unsubscribe_secret="s3cret",
         clock=FixedClock(T0),
-        message_id_domain="mail.shop.example",
+        message_id_domain=domain,
     )
+
+
+def test_the_message_id_domain_setting_replaces_the_senders_domain_there_only():
+    item = item_for(CUSTOMER)
+    rows = picks(item.key, product(1), product(2))
+    mail = _with_message_id_domain("mail.shop.example")
 
     parsed = parse(mail.compose(item, RECIPIENT, rows))
 
@@ -113,13 +118,7 @@ def test_the_composer_the_settings_build_uses_the_message_id_domain():
 
 def test_a_composer_given_a_message_id_domain_that_is_no_hostname_renders_nothing():
     item = item_for(CUSTOMER)
-    mail = Jinja2Composer(
-        sender="digest@shop.example",
-        unsubscribe_url=UNSUBSCRIBE,
-        unsubscribe_secret="s3cret",
-        clock=FixedClock(T0),
-        message_id_domain="shop.example>\r\nBcc: x@evil.example",
-    )
+    mail = _with_message_id_domain("shop.example>\r\nBcc: x@evil.example")
 
     with pytest.raises(RenderError, match="the Message-ID domain"):
         mail.compose(item, RECIPIENT, picks(item.key, product(1)))
