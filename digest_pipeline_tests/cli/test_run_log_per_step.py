@@ -9,7 +9,8 @@ import dagster as dg
 
 from digest_pipeline.adapters.clock import SystemClock
 from digest_pipeline.domain.periods import KEY_PREFIX
-from digest_pipeline.rigs.servers.provider_server import ProviderServer, status
+from digest_pipeline.rigs.servers.provider_actions import status
+from digest_pipeline.rigs.servers.provider_server import ProviderServer
 from digest_pipeline_tests.cli.conftest import Cli
 
 CUSTOMERS = 120

@@ -25,12 +25,8 @@ from digest_pipeline.rigs.servers.celery_rig import (
     provider_settings,
     seeded_ledger,
 )
-from digest_pipeline.rigs.servers.provider_server import (
-    Action,
-    ProviderServer,
-    status,
-    store_then_drop,
-)
+from digest_pipeline.rigs.servers.provider_actions import Action, status, store_then_drop
+from digest_pipeline.rigs.servers.provider_server import ProviderServer
 from digest_pipeline_tests.conftest import require_postgres_url, require_url
 from digest_pipeline_tests.integration.provider_weeks import (
     assert_week_done_once,

@@ -19,9 +19,8 @@ from digest_pipeline.domain.failures import FailureClass, SendOutcome
 from digest_pipeline.domain.model import Message, message_id_for
 from digest_pipeline.domain.policy import DeliveryPolicy
 from digest_pipeline.domain.states import DeliveryState
-from digest_pipeline.rigs.servers.provider_server import (
+from digest_pipeline.rigs.servers.provider_actions import (
     Action,
-    ProviderServer,
     conflict_concurrent,
     hold,
     malformed_success,
@@ -30,6 +29,7 @@ from digest_pipeline.rigs.servers.provider_server import (
     store_then_drop,
     store_then_hang,
 )
+from digest_pipeline.rigs.servers.provider_server import ProviderServer
 from digest_pipeline.services.deliver import deliver_due
 from digest_pipeline.services.reconcile import reconcile_period
 from digest_pipeline.settings import ProviderSettings

@@ -16,11 +16,9 @@ from digest_pipeline.adapters.mail.http import HttpProviderMailer
 from digest_pipeline.adapters.sql.ledger import SqlLedger
 from digest_pipeline.domain.feedback import EventOutcome, EventType, SuppressionReason
 from digest_pipeline.domain.states import DeliveryState
-from digest_pipeline.rigs.servers.provider_server import (
-    ProviderServer,
-    store_then_drop,
-    webhook_payload,
-)
+from digest_pipeline.rigs.servers.provider_actions import store_then_drop
+from digest_pipeline.rigs.servers.provider_server import ProviderServer
+from digest_pipeline.rigs.servers.resend_events import webhook_payload
 from digest_pipeline.settings import ProviderSettings
 from digest_pipeline_tests.builders import (
     deliver_all,

@@ -16,7 +16,7 @@ from sqlalchemy import Engine
 from digest_pipeline.adapters.sql.ledger import SqlLedger
 from digest_pipeline.domain.periods import Period
 from digest_pipeline.domain.states import DeliveryState
-from digest_pipeline.rigs.servers.provider_server import webhook_payload
+from digest_pipeline.rigs.servers.resend_events import webhook_payload
 from digest_pipeline.services.enqueue import enqueue_period
 from digest_pipeline.services.metrics import period_metrics
 from digest_pipeline.services.snapshot import take_snapshot

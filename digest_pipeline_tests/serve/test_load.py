@@ -31,7 +31,7 @@ from digest_pipeline.adapters.sql.feedback import SqlFeedbackStore
 from digest_pipeline.adapters.sql.ledger import SqlLedger
 from digest_pipeline.domain.feedback import EventOutcome, SuppressionReason
 from digest_pipeline.domain.states import DeliveryState
-from digest_pipeline.rigs.servers.provider_server import webhook_payload
+from digest_pipeline.rigs.servers.resend_events import webhook_payload
 from digest_pipeline.rigs.servers.serve_process import ServeProcess
 from digest_pipeline_tests.builders import (
     SHOP_LINK_SETTINGS,

@@ -15,7 +15,7 @@ import pytest
 from digest_pipeline.domain.feedback import EventOutcome, EventType, SuppressionReason
 from digest_pipeline.domain.states import DeliveryState
 from digest_pipeline.domain.webhooks import STANDARD_HEADERS, SVIX_HEADERS
-from digest_pipeline.rigs.servers.provider_server import webhook_payload
+from digest_pipeline.rigs.servers.resend_events import webhook_payload
 from digest_pipeline_tests.builders import failed_invariants, key_of, state_of
 from digest_pipeline_tests.conftest import W42
 from digest_pipeline_tests.serve.conftest import WEBHOOK_SECRET

@@ -10,7 +10,7 @@ from digest_pipeline.domain.feedback import (
     parse_event,
 )
 from digest_pipeline.domain.states import DeliveryState
-from digest_pipeline.rigs.servers.provider_server import webhook_payload
+from digest_pipeline.rigs.servers.resend_events import webhook_payload
 from digest_pipeline_tests.builders import key_of
 
 KEY = key_of(7)

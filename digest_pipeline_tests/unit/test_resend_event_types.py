@@ -17,7 +17,7 @@ from digest_pipeline.domain.feedback import (
     parse_event,
 )
 from digest_pipeline.domain.states import DeliveryState
-from digest_pipeline.rigs.servers.provider_server import webhook_payload
+from digest_pipeline.rigs.servers.resend_events import webhook_payload
 
 #: (Resend type, bounce type, read as, decision for a sent item, decision for an unknown item)
 ROWS = [

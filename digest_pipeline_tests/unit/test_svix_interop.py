@@ -19,7 +19,7 @@ from digest_pipeline.domain.webhooks import (
     signed_request,
     verify,
 )
-from digest_pipeline.rigs.servers.provider_server import signed_headers
+from digest_pipeline.rigs.servers.resend_events import signed_headers
 from digest_pipeline_tests.svix_signing import svix_headers
 
 NOW = datetime(2026, 10, 19, 6, 0, tzinfo=UTC)

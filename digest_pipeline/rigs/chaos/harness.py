@@ -60,7 +60,8 @@ from digest_pipeline.domain.states import TERMINAL, DeliveryState
 from digest_pipeline.rigs.bootstrap import PROJECT_ROOT, open_rig_ledger
 from digest_pipeline.rigs.chaos import worker
 from digest_pipeline.rigs.seeding import seed_period
-from digest_pipeline.rigs.servers.provider_server import Action, ProviderServer, store_then_hang
+from digest_pipeline.rigs.servers.provider_actions import Action, store_then_hang
+from digest_pipeline.rigs.servers.provider_server import ProviderServer
 
 DATABASE_URL_VARIABLE = "DIGEST_TEST_DATABASE_URL"
 API_KEY = "re_test_chaos_harness"

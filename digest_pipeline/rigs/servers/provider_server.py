@@ -2,23 +2,23 @@
 
 It honours idempotency keys as Resend does (same key and payload: the same id and nothing stored
 again; same key, other payload: 409; a key still in flight: 409), forgets keys after a window,
-and can be scripted per key to fail, throttle, hang or drop the connection after storing. Like
-Resend, it can also tell a webhook endpoint what became of a message: `send_webhook` POSTs a
-Svix-signed `email.delivered` / `email.bounced` / `email.complained` event (`webhook_payload`).
-Like a real account it can enforce a rate limit (`rate_limit`: 429 `rate_limit_exceeded`) and a
-daily quota (`daily_quota`: 429 `daily_quota_exceeded`); `stats()` counts what each refused.
+and can be scripted per key (provider_actions.py) to fail, throttle, hang or drop the connection
+after storing. Like Resend, it can also tell a webhook endpoint what became of a message:
+`send_webhook` POSTs a Svix-signed `email.delivered` / `email.bounced` / `email.complained` event
+(resend_events.py). Like a real account it can enforce a rate limit (`rate_limit`, 429
+`rate_limit_exceeded`; rate_window.py) and a daily quota (`daily_quota`, 429
+`daily_quota_exceeded`); `stats()` counts what each refused.
 """
 
 import contextlib
 import hashlib
 import itertools
 import json
-import math
 import socket
 import socketserver
 import threading
 import time
-from collections import Counter, deque
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -27,65 +27,9 @@ from typing import Any
 
 import httpx
 
-from digest_pipeline.domain.webhooks import parse_secret, signature
-
-
-@dataclass(frozen=True)
-class Action:
-    """What the server does with one request of a key; build one with the functions below."""
-
-    kind: str
-    status: int = 200
-    name: str | None = None
-    retry_after: str | None = None
-    #: the response's `Date` header instead of the real time (to test HTTP-date Retry-After)
-    date: str | None = None
-    seconds: float = 0.0
-
-
-def ok() -> Action:
-    """Accept (the default once a key's script runs out): 200 `{"id": ...}`."""
-    return Action("ok")
-
-
-def status(
-    code: int,
-    name: str | None = None,
-    retry_after: int | str | None = None,
-    date: str | None = None,
-) -> Action:
-    """Answer `code` with a JSON error body and nothing stored."""
-    return Action("status", code, name, None if retry_after is None else str(retry_after), date)
-
-
-def quota() -> Action:
-    """Answer 429 `daily_quota_exceeded`: the account's quota is spent."""
-    return status(429, "daily_quota_exceeded")
-
-
-def conflict_concurrent() -> Action:
-    """Answer 409 `concurrent_idempotent_requests`, as for a key still in flight."""
-    return status(409, "concurrent_idempotent_requests")
-
-
-def store_then_hang(seconds: float = 5.0) -> Action:
-    """Store the message as accepted, then answer only after `seconds` (or at shutdown)."""
-    return Action("hang", seconds=seconds)
-
-
-def store_then_drop() -> Action:
-    """Store the message as accepted, then close the connection without a response."""
-    return Action("drop")
-
-
-def malformed_success() -> Action:
-    """Store the message, then answer 200 with a body that has no `id`."""
-    return Action("malformed")
-
-
-def hold() -> Action:
-    """Keep the key in flight until `release(key)` (or shutdown), then accept."""
-    return Action("hold")
+from digest_pipeline.rigs.servers.provider_actions import Action, ok
+from digest_pipeline.rigs.servers.rate_window import Admission, SlidingWindow
+from digest_pipeline.rigs.servers.resend_events import signed_headers, webhook_payload
 
 
 @dataclass(frozen=True)
@@ -115,48 +59,11 @@ class Stats:
     accepted_at: tuple[float, ...]
 
 
-#: Resend's rate limit is per second; the window slides with each arrival
-RATE_WINDOW_SECONDS = 1.0
-
-
 @dataclass(frozen=True)
 class _Record:
     fingerprint: str
     message_id: str
     stored_at: float
-
-
-def webhook_payload(
-    event_type: str,
-    *,
-    key: object | None = None,
-    message_id: str | None = None,
-    bounce_type: str | None = None,
-) -> dict[str, Any]:
-    """A Resend-style event body: `type`, and `data` with the message id and our key's tag.
-
-    `event_type` is Resend's (`email.delivered`, `email.bounced`, `email.complained`, …);
-    `bounce_type` (`Permanent`, `Transient`) goes in `data.bounce.type` as Resend puts it.
-    """
-    data: dict[str, Any] = {"created_at": "2026-10-19T06:00:00.000Z"}
-    if message_id is not None:
-        data["email_id"] = message_id
-    if key is not None:
-        # the tag the HTTP mailer set, spelled as Resend tags allow (`:` replaced)
-        data["tags"] = {"operation_key": str(key).replace(":", "_")}
-    if bounce_type is not None:
-        data["bounce"] = {"type": bounce_type, "subType": "General", "message": "bounced"}
-    return {"type": event_type, "created_at": data["created_at"], "data": data}
-
-
-def signed_headers(secret: str, event_id: str, timestamp: int, body: bytes) -> dict[str, str]:
-    """The Svix headers of one webhook request, signed with `secret` (`whsec_…` or plain)."""
-    return {
-        "webhook-id": event_id,
-        "webhook-timestamp": str(timestamp),
-        "webhook-signature": signature(parse_secret(secret), event_id, timestamp, body),
-        "content-type": "application/json",
-    }
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -243,22 +150,6 @@ def _error(
     _reply(h, code, {"statusCode": code, "name": name, "message": text}, headers)
 
 
-@dataclass(frozen=True)
-class _Admission:
-    """The rate limit's verdict on one arrival, and the headers every answer to it carries."""
-
-    refused: bool
-    headers: tuple[tuple[str, str], ...]
-    #: whole seconds until the window has room again (refusals only)
-    retry_after: int | None
-
-
-def _whole_seconds(seconds: float) -> int:
-    # rounded up, as Retry-After must not send a client back early; the rounding to 1 µs first
-    # keeps float noise (1.0000000002) from turning a 1 s wait into 2 s
-    return max(1, math.ceil(round(seconds, 6)))
-
-
 class ProviderServer:
     """The provider on a free loopback port; use it as a context manager.
 
@@ -278,8 +169,6 @@ class ProviderServer:
         rate_limit: int | None = None,
         daily_quota: int | None = None,
     ) -> None:
-        if rate_limit is not None and rate_limit < 1:
-            raise ValueError(f"rate_limit must be 1 or more requests a second, not {rate_limit}")
         if daily_quota is not None and daily_quota < 0:
             raise ValueError(f"daily_quota must be 0 or more messages, not {daily_quota}")
         self.api_key = api_key
@@ -292,18 +181,13 @@ class ProviderServer:
         self.latency_seconds = latency_seconds
         self.window_seconds = window_seconds
         self._clock = clock
-        #: `POST /emails` requests a sliding second admits (None: no limit). Every arrival counts,
-        #: refused ones too, as Resend counts every request: a client that keeps knocking while
-        #: throttled keeps the window full.
+        #: `POST /emails` requests a sliding second admits (None: no limit; rate_window.py)
         self.rate_limit = rate_limit
+        self._window = None if rate_limit is None else SlidingWindow(rate_limit)
         #: new messages stored before every further send is refused (None: no quota)
         self.daily_quota = daily_quota
-        # the arrival times of the last `rate_limit` requests: R arrivals within the past second
-        # exist exactly when the R-th latest is inside it, so older ones never matter
-        self._window: deque[float] = deque(maxlen=rate_limit or 1)
         self._arrivals = 0
         self._accepted_at: list[float] = []
-        self._rate_limited = 0
         self._quota_refused = 0
         self._lock = threading.Lock()
         self._in_flight_changed = threading.Condition(self._lock)
@@ -447,7 +331,7 @@ class ProviderServer:
                 requests=self._arrivals,
                 accepted=len(self._accepted_at),
                 stored=self._next_id,
-                rate_limited=self._rate_limited,
+                rate_limited=0 if self._window is None else self._window.refused,
                 quota_refused=self._quota_refused,
                 accepted_at=tuple(self._accepted_at),
             )
@@ -479,12 +363,14 @@ class ProviderServer:
         except ValueError:
             body = None
         key = h.headers.get("Idempotency-Key", "")
-        admission: _Admission | None = None
+        admission: Admission | None = None
         with self._lock:
             self._received.append(Received(h.path, dict(h.headers.items()), body))
             h.arrived = self._clock()
             if h.path == "/emails":
-                admission = self._admit_locked(h.arrived)
+                self._arrivals += 1
+                if self._window is not None:
+                    admission = self._window.admit(h.arrived)
         h.rate_headers = admission.headers if admission is not None else ()
         if self.latency_seconds:
             time.sleep(self.latency_seconds)
@@ -532,26 +418,6 @@ class ProviderServer:
         if not isinstance(body, dict) or not all(f in body for f in ("from", "to", "subject")):
             return 422, "validation_error"
         return None
-
-    def _admit_locked(self, now: float) -> _Admission:
-        """Counts one `POST /emails` arrival in the sliding window; refused when full."""
-        self._arrivals += 1
-        if self.rate_limit is None:
-            return _Admission(False, (), None)
-        window = self._window
-        while window and window[0] <= now - RATE_WINDOW_SECONDS:
-            window.popleft()
-        refused = len(window) >= self.rate_limit
-        window.append(now)  # full: the oldest drops out, and with it no arrival that matters
-        self._rate_limited += refused
-        # the window has room again once its oldest arrival is a second old
-        frees_in = _whole_seconds(window[0] + RATE_WINDOW_SECONDS - now)
-        headers = (
-            ("ratelimit-limit", str(self.rate_limit)),
-            ("ratelimit-remaining", str(max(0, self.rate_limit - len(window)))),
-            ("ratelimit-reset", str(frees_in)),
-        )
-        return _Admission(refused, headers, frees_in if refused else None)
 
     def _accept(self, h: _Handler, key: str, body: dict[str, Any], action: Action) -> None:
         quota_spent = False
