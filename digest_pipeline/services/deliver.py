@@ -41,7 +41,6 @@ from digest_pipeline.domain.model import (
     Message,
     Transition,
 )
-from digest_pipeline.domain.pacing import paced_concurrency, stop_line
 from digest_pipeline.domain.periods import OperationKey, Period
 from digest_pipeline.domain.policy import DeliveryPolicy
 from digest_pipeline.domain.retry import (
@@ -61,7 +60,7 @@ from digest_pipeline.ports import Clock, Composer, Ledger, Mailer
 from digest_pipeline.services import late
 from digest_pipeline.services.evidence import RECONCILE_ACTOR
 from digest_pipeline.services.logs import log_event
-from digest_pipeline.services.pacing import Pacer
+from digest_pipeline.services.pacing import Pacer, pacer_for
 from digest_pipeline.services.snapshot_gate import snapshot_refusal
 from digest_pipeline.services.tuning import fewer_collections, prompt_handover
 
@@ -171,19 +170,13 @@ class Deliverer:
     pacer: Pacer | None = field(init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
-        budget = self.ledger.send_budget
-        pacer = None
-        if budget is not None:
-            pacer = Pacer(
-                budget, self.mailer.identity, self.policy.send_rate, self.clock, self.policy.lease
-            )
-        object.__setattr__(self, "pacer", pacer)
+        object.__setattr__(
+            self, "pacer", pacer_for(self.ledger, self.mailer, self.policy, self.clock)
+        )
 
     def paused(self) -> SendingPaused | None:
         """The stop of a run that a pause longer than a send may wait for holds, or None."""
-        if self.pacer is None or (pause := self.pacer.long_pause(self.clock.now())) is None:
-            return None
-        return SendingPaused(stop_line(pause))
+        return None if self.pacer is None else self.pacer.stop()
 
     def closes_at(self, period: Period) -> datetime:
         """The period's delivery window close, an operator's late grant included."""
@@ -815,9 +808,8 @@ def deliver_due(
         raise ValueError("batch_size and concurrency must be at least 1")
     for checked in [period] if period is not None else deliverer.ledger.open_periods():
         deliverer.require_snapshot(checked)
-    concurrency = paced_concurrency(concurrency, deliverer.policy.send_rate, deliverer.policy.lease)
-    if deliverer.pacer is not None and deliverer.policy.send_rate is not None:
-        deliverer.mailer.prepare()
+    if deliverer.pacer is not None:
+        concurrency = deliverer.pacer.start_run(concurrency)
     size, depth = wave_shape(concurrency, deliverer.mailer.capabilities.remote)
     run = _Run(
         deliverer,

@@ -12,16 +12,20 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
+from digest_pipeline.domain.errors import SendingPaused
 from digest_pipeline.domain.failures import FailureClass, SendOutcome
 from digest_pipeline.domain.pacing import (
     QUOTA_PAUSE,
     Pause,
     held_back,
+    paced_concurrency,
     pause_after,
     slot_interval,
+    stop_line,
     wait_bound,
 )
-from digest_pipeline.ports import Clock, SendBudget
+from digest_pipeline.domain.policy import DeliveryPolicy
+from digest_pipeline.ports import Clock, Ledger, Mailer, SendBudget
 from digest_pipeline.services.logs import log_event
 
 #: without a rate, a sender reads the shared pause at most this often: another process's pause
@@ -29,12 +33,20 @@ from digest_pipeline.services.logs import log_event
 PAUSE_READ_EVERY = timedelta(seconds=1)
 
 
+def pacer_for(
+    ledger: Ledger, mailer: Mailer, policy: DeliveryPolicy, clock: Clock
+) -> "Pacer | None":
+    """The pace of a worker's sends through `mailer`; None for a ledger that keeps no budget."""
+    budget = ledger.send_budget
+    return None if budget is None else Pacer(budget, mailer, policy.send_rate, clock, policy.lease)
+
+
 @dataclass
 class Pacer:
     """The pace of one worker's sends through one mailer; safe to call from its pool threads."""
 
     budget: SendBudget
-    mailer: str
+    mailer: Mailer
     #: messages per second for the whole install; None: unpaced, only pauses are honoured
     rate: float | None
     clock: Clock
@@ -48,6 +60,22 @@ class Pacer:
     #: the pause last read or made here, and when it was read
     _pause: Pause | None = field(default=None, repr=False)
     _read_at: datetime | None = field(default=None, repr=False)
+    #: the budget's row: the mailer's identity (one row per provider account)
+    _row: str = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self._row = self.mailer.identity
+
+    def start_run(self, concurrency: int) -> int:
+        """The sends a run keeps in flight at this pace; a paced run's mailer is made ready."""
+        if self.rate is not None:
+            self.mailer.prepare()
+        return paced_concurrency(concurrency, self.rate, self.lease)
+
+    def stop(self) -> SendingPaused | None:
+        """The stop of a run that a pause longer than a send may wait for holds, or None."""
+        pause = self.long_pause(self.clock.now())
+        return None if pause is None else SendingPaused(stop_line(pause))
 
     def send(self, transmit: Callable[[], SendOutcome]) -> SendOutcome:
         """Waits for the send's slot, sends, and heeds the answer.
@@ -82,7 +110,7 @@ class Pacer:
             while True:
                 now = self.clock.now()
                 if self._free_at is None or self._free_at <= now:
-                    slot = self.budget.take_slot(self.mailer, interval, now)
+                    slot = self.budget.take_slot(self._row, interval, now)
                     self._remember(slot.pause, now)
                     self._free_at = slot.free_at
                     if slot.taken:
@@ -117,7 +145,7 @@ class Pacer:
             return outcome
         self._remember(pause, now)
         try:
-            self.budget.pause(self.mailer, pause)
+            self.budget.pause(self._row, pause)
         except Exception as e:
             # the answer is what matters: this worker pauses, the others learn of it from
             # their own throttled answers
@@ -133,7 +161,7 @@ class Pacer:
             fresh = self._read_at is not None and now < self._read_at + PAUSE_READ_EVERY
             known = self._pause
         if not fresh:
-            known = self.budget.current_pause(self.mailer)
+            known = self.budget.current_pause(self._row)
             self._remember(known, now)
         return known if known is not None and known.until > now else None
 
