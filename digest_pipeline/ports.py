@@ -11,6 +11,7 @@ from datetime import datetime, timedelta
 
 from digest_pipeline.domain.catalogue import Order, Product
 from digest_pipeline.domain.chunks import chunked
+from digest_pipeline.domain.compliance import Compliance
 from digest_pipeline.domain.errors import DigestError
 from digest_pipeline.domain.failures import SendOutcome
 from digest_pipeline.domain.feedback import (
@@ -161,6 +162,11 @@ class Composer(ABC):
     @property
     def unsubscribe_secret(self) -> str | None:
         """The secret its unsubscribe links are signed with; None for a composer signing none."""
+        return None
+
+    @property
+    def compliance(self) -> Compliance | None:
+        """The unsubscribe link and postal address its digests carry; None: it renders neither."""
         return None
 
     def recipe(self) -> "Callable[[], Composer] | None":

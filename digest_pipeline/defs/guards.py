@@ -15,7 +15,6 @@ from contextlib import contextmanager
 
 import dagster as dg
 
-from digest_pipeline.adapters.mail.render import Jinja2Composer
 from digest_pipeline.adapters.sql.base import SqlBase
 from digest_pipeline.adapters.sql.durability import read_durability
 from digest_pipeline.domain.durability import durability_refusal
@@ -56,9 +55,7 @@ def refuse_link_settings(ledger: Ledger, composer: Composer, clock: Clock) -> No
     secret = composer.unsubscribe_secret
     if secret is None:
         return
-    # the Composer port names no link or address: the Jinja2 composer is the one that has both
-    compliance = composer.compliance if isinstance(composer, Jinja2Composer) else None
-    refusal = start_refusal(ledger, secret, compliance, clock.now(), what="delivery")
+    refusal = start_refusal(ledger, secret, composer.compliance, clock.now(), what="delivery")
     if refusal is not None:
         raise dg.Failure(description=refusal, allow_retries=False)
 
