@@ -3,7 +3,8 @@
 A revoked API key (HTTP 401), refused SMTP credentials (535) or a payload the provider refuses for
 everyone (422) fails every send the same way; going on item after item only turns the whole week
 into failures. The breaker counts consecutive failed attempts with the same failure class and
-detail code; at the threshold the worker stops claiming, and what it has not attempted stays due.
+detail code, never one about a single customer's address (a relay's 5.1.x, `invalid_recipient`);
+at the threshold the worker stops claiming, and what it has not attempted stays due.
 It also decides how many attempts may start, so that a failure present from the run's first send
 spends at most `threshold` attempts (see `Breaker.room`).
 """
@@ -11,7 +12,7 @@ spends at most `threshold` attempts (see `Breaker.room`).
 import re
 from dataclasses import dataclass
 
-from digest_pipeline.domain.failures import FailureClass, SendOutcome
+from digest_pipeline.domain.failures import INVALID_RECIPIENT, FailureClass, SendOutcome
 
 #: `DIGEST_BREAKER_THRESHOLD`'s default: above a relay's or provider's default 16 sends in flight,
 #: so the breaker never holds a healthy worker back (the outbox's 64 start as 20 until a send of
@@ -84,6 +85,10 @@ class Breaker:
             return
         if recipient_addressing(outcome):
             self.code, self.streak = None, 0  # the sender got through; the address did not
+            return
+        if outcome.detail == INVALID_RECIPIENT:
+            # Refused before anything left, for that customer's address alone: it says nothing
+            # of the provider either way, so a dirty list neither trips nor hides a streak.
             return
         code = (outcome.failure_class.value, outcome.detail)
         self.streak = self.streak + 1 if code == self.code else 1

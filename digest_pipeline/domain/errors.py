@@ -49,6 +49,14 @@ class RenderError(DigestError):
     """The digest for one item could not be rendered; a permanent failure for that item."""
 
 
+class InvalidRecipient(RenderError):
+    """The item's recipient address cannot be addressed; a permanent failure for that customer.
+
+    Not one plain address, or one the header rules or an SMTP envelope refuse: the customer's
+    data is at fault, not a product, template or setting every digest shares.
+    """
+
+
 class InvalidPolicy(DigestError, ValueError):
     """A retry or delivery bound is out of range."""
 

@@ -8,6 +8,15 @@ from dataclasses import dataclass
 from datetime import timedelta
 from enum import StrEnum
 
+from digest_pipeline.domain.errors import InvalidRecipient, RenderError
+
+#: the detail of a digest refused before anything left for what many digests share (a product,
+#: a template, a setting): the runbook's "a product broke the digests"
+RENDER_ERROR = "render_error"
+#: the detail of a digest refused before anything left because its recipient's address cannot
+#: be addressed: about that one customer, so it never counts toward the breaker (breaker.py)
+INVALID_RECIPIENT = "invalid_recipient"
+
 
 class FailureClass(StrEnum):
     """Why an attempt did not end in a confirmed send (design §2)."""
@@ -61,3 +70,12 @@ class SendOutcome:
     def label(self) -> str:
         """`sent` or the failure class value: the attempt's recorded outcome."""
         return "sent" if self.failure_class is None else self.failure_class.value
+
+
+def render_failure_code(error: RenderError) -> str:
+    """The detail code a permanent failure records for a render refusal.
+
+    `invalid_recipient` for the recipient's address (`InvalidRecipient`), `render_error` for
+    anything else; every mailer and the deliverer name a refusal through this one function.
+    """
+    return INVALID_RECIPIENT if isinstance(error, InvalidRecipient) else RENDER_ERROR

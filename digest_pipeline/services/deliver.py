@@ -33,7 +33,7 @@ from digest_pipeline.domain.errors import (
     SendingPaused,
     SnapshotTampered,
 )
-from digest_pipeline.domain.failures import FailureClass, SendOutcome
+from digest_pipeline.domain.failures import FailureClass, SendOutcome, render_failure_code
 from digest_pipeline.domain.model import (
     AttemptTicket,
     Claim,
@@ -401,10 +401,11 @@ class Deliverer:
             return self.composer.compose(claim.item, recipient, rows)
         except RenderError as e:
             # The refusal names the field and the product (never an address or content); the
-            # item's detail stays the stable code `render_error`, the log line says which row.
+            # item's detail stays a stable code (`render_error`, or `invalid_recipient` for the
+            # customer's address), the log line says which row.
             why = str(e).removeprefix(f"{claim.key}: ")
             log_event("render_refused", logging.INFO, key=claim.key, why=why)
-            return SendOutcome.failed(FailureClass.PERMANENT, "render_error")
+            return SendOutcome.failed(FailureClass.PERMANENT, render_failure_code(e))
         except Exception as e:
             # Rendering happens before anything leaves, so a composer bug is permanent for this
             # item (replayable once fixed) and must not stop the rest of the batch.

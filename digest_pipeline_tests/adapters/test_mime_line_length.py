@@ -1,7 +1,7 @@
 """RFC 5322 §2.1.1: no header line over 998 characters leaves, whatever the snapshot holds.
 
 A snapshot frozen before the 320-character address cap may still hold a 100 KB address; it must
-become a permanent `render_error` before any mailer opens a file or a connection.
+become a permanent `invalid_recipient` before any mailer opens a file or a connection.
 """
 
 import pytest
@@ -45,9 +45,9 @@ def test_a_header_line_of_exactly_998_characters_is_sent_as_it_is():
     assert max(len(line) for line in data.split(b"\r\n")) <= MAX_LINE
 
 
-def test_the_outbox_records_a_permanent_render_error_and_stores_nothing(tmp_path):
+def test_the_outbox_records_a_permanent_invalid_recipient_and_stores_nothing(tmp_path):
     outbox = OutboxMailer(tmp_path)
     outcome = outbox.send(message(recipient=HUGE_ADDRESS), idempotency_key=str(KEY))
     assert outcome.failure_class is FailureClass.PERMANENT
-    assert outcome.detail == "render_error"
+    assert outcome.detail == "invalid_recipient"
     assert list(outbox.stored()) == []

@@ -175,7 +175,7 @@ def test_no_address_content_or_secret_reaches_any_output(tmp_path, monkeypatch, 
     assert sum(s.encode() in delivered for s in private) > 50
     assert "detail=smtp:connect_refused" in outputs  # the relay and the provider were tried
     assert "detail=http:connect_error" in outputs
-    assert "detail=render_error" in outputs  # a malformed demo address
+    assert "detail=invalid_recipient" in outputs  # a malformed demo address
     assert "DEBUG event=" in outputs
     assert "event=attempt_recorded" in logged
     for text in (outputs, logged, rows, events):

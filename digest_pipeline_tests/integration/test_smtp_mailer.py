@@ -199,10 +199,17 @@ def test_render_error_is_permanent_and_nothing_is_sent(mailer, smtp_peer, bad):
     assert smtp_peer.messages == []
 
 
-def test_address_smtp_cannot_carry_is_permanent(mailer, smtp_peer):
+def test_a_recipient_smtp_cannot_carry_is_a_permanent_invalid_recipient(mailer, smtp_peer):
     outcome = send(mailer, message(recipient="jürgen@example.test"))
 
-    assert (outcome.failure_class, outcome.detail) == (P, "smtp:bad_envelope_address")
+    assert (outcome.failure_class, outcome.detail) == (P, "invalid_recipient")
+    assert smtp_peer.connections == 0
+
+
+def test_a_sender_smtp_cannot_carry_is_a_permanent_configuration_fault(mailer, smtp_peer):
+    outcome = send(mailer, message(sender="dïgest@example.test"))
+
+    assert (outcome.failure_class, outcome.detail) == (P, "smtp:bad_envelope_sender")
     assert smtp_peer.connections == 0
 
 

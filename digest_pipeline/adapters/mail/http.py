@@ -33,7 +33,7 @@ import httpx
 
 from digest_pipeline.adapters.mail.mime import check_message
 from digest_pipeline.domain.errors import RenderError
-from digest_pipeline.domain.failures import FailureClass, SendOutcome
+from digest_pipeline.domain.failures import FailureClass, SendOutcome, render_failure_code
 from digest_pipeline.domain.mailer_identity import fingerprint, mailer_identity
 from digest_pipeline.domain.model import MailerCapabilities, Message
 from digest_pipeline.ports import Mailer
@@ -105,8 +105,8 @@ class HttpProviderMailer(Mailer):
             # The header rules every mailer applies. No full serialisation: the provider builds
             # the MIME message from the JSON fields and validates the addresses itself (a 422).
             check_message(message)
-        except RenderError:
-            return SendOutcome.failed(FailureClass.PERMANENT, "render_error")
+        except RenderError as e:
+            return SendOutcome.failed(FailureClass.PERMANENT, render_failure_code(e))
         try:
             response = self._http().post(
                 "/emails", json=_body(message), headers={"Idempotency-Key": key}

@@ -14,7 +14,7 @@ from email.policy import EmailPolicy
 from typing import Any
 
 from digest_pipeline.domain.catalogue import encodable
-from digest_pipeline.domain.errors import RenderError
+from digest_pipeline.domain.errors import InvalidRecipient, RenderError
 from digest_pipeline.domain.model import Message, key_digest
 
 # RFC 5322 §2.1.1 allows 998 characters a line. Folding at 78 would turn a long, space-less
@@ -105,12 +105,15 @@ _LINE_BREAK = re.compile("[\r\n\v\f\x1c\x1d\x1e\x85\u2028\u2029]")
 _FIELD_NAME = re.compile(r"[!-9;-~]+")
 #: field names joined by tabs, each one `_FIELD_NAME`
 _FIELD_NAMES = re.compile(r"[!-9;-~]+(?:\t[!-9;-~]+)*")
+#: the position of the recipient's To field in the fields `check_headers` checks
+_TO_FIELD = 1
 
 
 def check_message(message: Message) -> None:
     """Raises RenderError for a header or part no mailer may send; a few µs a message.
 
-    It names the header, never its value, which may hold an address or customer content.
+    It names the header, never its value, which may hold an address or customer content. A
+    refused To header is an `InvalidRecipient`.
     """
     check_headers(message)
     if not (encodable(message.text) and encodable(message.html or "")):
@@ -121,7 +124,7 @@ def check_headers(message: Message) -> None:
     """`check_message` without the parts: for a composer whose parts hold only checked text."""
     fields = (
         ("From", message.sender),
-        ("To", message.recipient),
+        ("To", message.recipient),  # at _TO_FIELD
         ("Subject", message.subject),
         *message.headers,
     )
@@ -143,17 +146,19 @@ def check_headers(message: Message) -> None:
 
 def _name_the_header(message: Message, fields: tuple[tuple[str, str], ...]) -> None:
     """Raises the RenderError of the first header `check_message` refuses."""
-    for name, value in fields:
+    for i, (name, value) in enumerate(fields):
+        # the recipient's own field: a customer's data, not something every digest shares
+        refused = InvalidRecipient if i == _TO_FIELD else RenderError
         if not _FIELD_NAME.fullmatch(name):
-            raise RenderError(f"{message.key}: a header name is not printable ASCII")
+            raise refused(f"{message.key}: a header name is not printable ASCII")
         if _LINE_BREAK.search(value):
-            raise RenderError(f"{message.key}: header {name} holds a line break")
+            raise refused(f"{message.key}: header {name} holds a line break")
         # `Name: value` unfolded, as the HTTP provider receives it; folding could shorten a
         # Subject with spaces, but never an address or a URL, and no header here needs it
         if len(name) + 2 + len(value) > MAX_LINE:
-            raise RenderError(f"{message.key}: header {name} is longer than {MAX_LINE} characters")
+            raise refused(f"{message.key}: header {name} is longer than {MAX_LINE} characters")
         if not encodable(value):
-            raise RenderError(f"{message.key}: header {name} is not valid Unicode")
+            raise refused(f"{message.key}: header {name} is not valid Unicode")
     raise RenderError(f"{message.key}: a header cannot be sent")  # the checks above disagree
 
 
@@ -193,7 +198,8 @@ def to_bytes(message: Message, *, seven_bit: bool = False) -> bytes:
     """The wire form (CRLF line endings, as SMTP and Maildir readers expect).
 
     `seven_bit`: every byte is ASCII, for a relay that does not offer 8BITMIME. Raises
-    RenderError, and nothing else, for a message that cannot be serialised.
+    RenderError, and nothing else, for a message that cannot be serialised: InvalidRecipient
+    when its To header alone cannot be.
     """
     try:
         return build_mime(message, seven_bit=seven_bit).as_bytes()
@@ -204,6 +210,19 @@ def to_bytes(message: Message, *, seven_bit: bool = False) -> bytes:
         # with IndexError, AttributeError, TypeError, UnboundLocalError or RecursionError (a
         # sender of "^@" or "x@[", say). Nothing has left when this runs, so a mailer must be
         # able to call it a permanent render error; an exception would read as `unknown`.
-        raise RenderError(
-            f"{message.key}: message cannot be serialised ({type(e).__name__})"
-        ) from e
+        refused = RenderError if _serialises(message.recipient, seven_bit) else InvalidRecipient
+        raise refused(f"{message.key}: message cannot be serialised ({type(e).__name__})") from e
+
+
+def _serialises(recipient: str, seven_bit: bool) -> bool:
+    """Whether a To header of `recipient` serialises on its own: whose fault a crash was.
+
+    Only a refused message pays for it; the parser's crashes on a sender are no recipient's.
+    """
+    probe = EmailMessage(policy=SEVEN_BIT if seven_bit else WIRE)
+    try:
+        probe["To"] = recipient
+        probe.as_bytes()
+    except Exception:
+        return False
+    return True

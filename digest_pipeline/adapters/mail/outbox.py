@@ -34,7 +34,7 @@ from pathlib import Path
 
 from digest_pipeline.adapters.mail.mime import to_bytes
 from digest_pipeline.domain.errors import RenderError
-from digest_pipeline.domain.failures import FailureClass, SendOutcome
+from digest_pipeline.domain.failures import FailureClass, SendOutcome, render_failure_code
 from digest_pipeline.domain.mailer_identity import mailer_identity
 from digest_pipeline.domain.model import (
     LookupResult,
@@ -202,8 +202,8 @@ class OutboxMailer(Mailer):
             return SendOutcome.failed(FailureClass.PERMANENT, KEY_HEADER_MISMATCH)
         try:
             data = to_bytes(keyed)
-        except RenderError:
-            return SendOutcome.failed(FailureClass.PERMANENT, "render_error")
+        except RenderError as e:
+            return SendOutcome.failed(FailureClass.PERMANENT, render_failure_code(e))
         try:
             return self._write(message.key, name, data, message_id)
         except OSError as e:

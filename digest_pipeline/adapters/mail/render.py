@@ -36,7 +36,7 @@ import markupsafe
 from digest_pipeline.adapters.mail.mime import PLAIN_ADDRESS, check_headers, to_bytes
 from digest_pipeline.domain.catalogue import encodable, is_web_link, shown_id
 from digest_pipeline.domain.compliance import Compliance, message_id_domain, postal_address
-from digest_pipeline.domain.errors import RenderError
+from digest_pipeline.domain.errors import InvalidRecipient, RenderError
 from digest_pipeline.domain.model import DigestRow, Message, WorkItem, keyed_message_id
 from digest_pipeline.domain.periods import FIRST_PERIOD, OperationKey
 from digest_pipeline.domain.unsubscribe import token_signer
@@ -314,7 +314,7 @@ class Jinja2Composer(Composer):
         if self._settings_refused:
             raise RenderError(f"{key}: {self._settings_refused}")
         if not _is_single_address(recipient):
-            raise RenderError(f"{key}: recipient is not a single address")
+            raise InvalidRecipient(f"{key}: recipient is not a single address")
         if not rows:
             raise RenderError(f"{key}: no digest rows")
         now = self._clock.now()

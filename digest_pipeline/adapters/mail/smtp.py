@@ -23,7 +23,12 @@ import dkim  # type: ignore[import-untyped]  # dkimpy ships no type information
 from digest_pipeline.adapters.mail.mime import to_bytes
 from digest_pipeline.dkim_settings import DkimSettings
 from digest_pipeline.domain.errors import RenderError
-from digest_pipeline.domain.failures import FailureClass, SendOutcome
+from digest_pipeline.domain.failures import (
+    INVALID_RECIPIENT,
+    FailureClass,
+    SendOutcome,
+    render_failure_code,
+)
 from digest_pipeline.domain.mailer_identity import mailer_identity
 from digest_pipeline.domain.model import MailerCapabilities, Message
 from digest_pipeline.ports import Mailer
@@ -45,6 +50,8 @@ _LOG_FORMAT = "event=smtp_send_failed key=%s stage=%s failure_class=%s detail=%s
 # | refused/reset/timeout, TLS error, drop           | before the dot      | transient |
 # | timeout or drop with no final reply              | after the dot       | unknown   |
 THROTTLING = frozenset({452, 454})
+#: the detail of a sender address an SMTP envelope cannot carry (DIGEST_FROM_ADDRESS)
+BAD_ENVELOPE_SENDER = "smtp:bad_envelope_sender"
 #: the headers the DKIM signature covers, each also when absent, so a relay cannot add one
 #: (RFC 6376 §5.4: a name listed once more than it occurs signs its absence)
 SIGNED_HEADERS = (
@@ -126,6 +133,20 @@ def _plain_address(address: str) -> bool:
     return bool(address) and address.isascii() and not any(c in address for c in "\r\n<>")
 
 
+def _envelope_refusal(sender: str, recipient: str) -> str | None:
+    """The detail of an envelope address MAIL FROM or RCPT TO cannot carry, or None.
+
+    A sender's is the configuration's fault and fails every message alike (the breaker stops
+    the run); a recipient's (not ASCII, and this mailer never asks for SMTPUTF8) is that
+    customer's alone.
+    """
+    if not _plain_address(sender):
+        return BAD_ENVELOPE_SENDER
+    if not _plain_address(recipient):
+        return INVALID_RECIPIENT
+    return None
+
+
 def _dot_stuffed(payload: bytes) -> bytes:
     """RFC 5321 §4.5.2 transparency and the terminating `<CRLF>.<CRLF>`, as `SMTP.data` does."""
     body = re.sub(rb"(?m)^\.", b"..", payload)
@@ -194,11 +215,11 @@ class SmtpMailer(Mailer):
         try:  # first: a refusal is `permanent`, not `unknown`, only because nothing has left
             payload = to_bytes(message)
         except RenderError as e:
-            outcome = SendOutcome.failed(FailureClass.PERMANENT, "render_error")
+            outcome = SendOutcome.failed(FailureClass.PERMANENT, render_failure_code(e))
             return _logged(idempotency_key, "render", outcome, e.__cause__ or e)
         sender = parseaddr(message.sender)[1]
-        if not (_plain_address(sender) and _plain_address(message.recipient)):
-            outcome = SendOutcome.failed(FailureClass.PERMANENT, "smtp:bad_envelope_address")
+        if (refused := _envelope_refusal(sender, message.recipient)) is not None:
+            outcome = SendOutcome.failed(FailureClass.PERMANENT, refused)
             return _logged(idempotency_key, "envelope", outcome)
         stage, conn = "connect", None
         try:
@@ -224,7 +245,7 @@ class SmtpMailer(Mailer):
             _expect(reply, 200, 299)
         except (RenderError, dkim.DKIMException) as e:  # nothing of this transaction has left
             # the same key fails every message: the breaker stops the run on the repeated code
-            detail = "render_error" if isinstance(e, RenderError) else "smtp:dkim_error"
+            detail = render_failure_code(e) if isinstance(e, RenderError) else "smtp:dkim_error"
             outcome = SendOutcome.failed(FailureClass.PERMANENT, detail)
             return _logged(idempotency_key, "render", outcome, e.__cause__ or e)
         except _Stop as stop:
