@@ -131,6 +131,8 @@ def _measure(opts: Options, processes: int, row: int, root: Path) -> dict[str, A
         "DIGEST_MAILER": "outbox",
         "DIGEST_OUTBOX_DIR": str(outbox),
         "DIGEST_DELIVERY_WINDOW_SECONDS": str(int(window.total_seconds())),
+        # the seeded week is a partition whatever the ledger held when the definitions loaded
+        "DIGEST_FIRST_WEEK": str(W42),
         common.DELIVERY_PROCESSES_ENV: str(processes),
     }
     rig = CeleryRig(root / f"run_{row}", settings, dagster_url)

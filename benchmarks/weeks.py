@@ -79,7 +79,11 @@ def _weeks_on(backend_name: str, opts: Options) -> tuple[list[dict[str, Any]], i
     chosen = periods(common.latest_period(now), opts.weeks)
     # the oldest week's window still open now: its end plus the weeks since, plus a day
     window = now - chosen[0].ends_at + timedelta(days=1)
-    settings = {"DIGEST_DELIVERY_WINDOW_SECONDS": str(int(window.total_seconds()))}
+    settings = {
+        "DIGEST_DELIVERY_WINDOW_SECONDS": str(int(window.total_seconds())),
+        # the oldest week is a partition whatever the ledger held when the definitions loaded
+        "DIGEST_FIRST_WEEK": str(chosen[0]),
+    }
     rows: list[dict[str, Any]] = []
     with common.workdir("weeks") as work, common.backend(backend_name, work) as b:
         seeded = common.seed(b.ledger_url, opts.customers, now)

@@ -24,6 +24,7 @@ from digest_pipeline.domain.compliance import message_id_domain, postal_address,
 from digest_pipeline.domain.durability import ALLOW_VARIABLE
 from digest_pipeline.domain.errors import DigestError, InvalidPolicy
 from digest_pipeline.domain.model import CleanupMode
+from digest_pipeline.domain.periods import FIRST_PERIOD, Period
 from digest_pipeline.domain.policy import MAX_SEND_RATE, MIN_SEND_RATE, DeliveryPolicy
 from digest_pipeline.domain.retry import RetryPolicy
 from digest_pipeline.domain.unsubscribe import DEMO_UNSUBSCRIBE_SECRET
@@ -172,6 +173,8 @@ class Settings:
     postal_address: str | None = None
     #: `DIGEST_MESSAGE_ID_DOMAIN`: the Message-ID's right-hand side; None: the sender's domain
     message_id_domain: str | None = None
+    #: `DIGEST_FIRST_WEEK`: the weekly partitions' first week; None: the ledger's (defs/partitions.py)
+    first_week: Period | None = None
 
     def webhook_keys(self) -> dict[str, tuple[bytes, ...]]:
         """Each configured provider's signing keys (two during a rotation)."""
@@ -452,7 +455,16 @@ def load_settings(env: Mapping[str, str], root: Path) -> Settings:
         ),
         # only a throwaway ledger may say so: it lets a crash send digests twice (design §8)
         allow_nondurable_ledger=_read(env, ALLOW_VARIABLE, False, _flag),
+        first_week=load_first_week(env),
     )
+
+
+def load_first_week(env: Mapping[str, str]) -> Period | None:
+    """`DIGEST_FIRST_WEEK`, the weekly partitions' first week (2025-W02 or later), or None."""
+    week = _read(env, "DIGEST_FIRST_WEEK", None, Period.parse)
+    if week is not None and week < FIRST_PERIOD:
+        raise InvalidSetting(f"DIGEST_FIRST_WEEK={week}: must be {FIRST_PERIOD} or later")
+    return week
 
 
 #: where a run's steps execute (`DIGEST_EXECUTOR`; defs/execution.py)

@@ -2,7 +2,8 @@
 
 PostgreSQL comes from `DIGEST_TEST_DATABASE_URL` (set by `make test`). Without it the PostgreSQL
 cases skip locally and *fail* under `CI=true`, so a green CI cannot hide an untested tier.
-`T0` (Monday 06:00 UTC after 2026-W42) and `W42` are the rigs' (`digest_pipeline.rigs.seeding`).
+`T0` (Monday 06:00 UTC after 2026-W42) and `W42` are the rigs' (`digest_pipeline.rigs.seeding`);
+`DIGEST_FIRST_WEEK` is `FIRST_PERIOD` in the tests and every process they start.
 Temporary files go to RAM (`MEMORY_DIR`) when the machine has room there, and Hypothesis runs
 the `dev` profile locally and the derandomised `ci` profile under `CI=true`.
 """
@@ -22,11 +23,18 @@ from digest_pipeline.adapters.sql.engine import create_ledger_engine, migrate
 from digest_pipeline.adapters.sql.ledger import SqlLedger
 from digest_pipeline.adapters.sql.schema import metadata
 from digest_pipeline.domain.durability import ALLOW_VARIABLE
+from digest_pipeline.domain.periods import FIRST_PERIOD
 from digest_pipeline.ports import Ledger
 from digest_pipeline.rigs.seeding import T0 as T0
 from digest_pipeline.rigs.seeding import W42 as W42
 from digest_pipeline.rigs.servers.pg_cluster import throwaway_allowance as throwaway_allowance
 from digest_pipeline_tests.fakes import FakeLedger, FakeMailer, FixedClock
+
+#: The definitions start their weekly partitions at this week (defs/partitions.py), read once,
+#: when a test module first imports them: set here, before any does, so the suite's fixed weeks
+#: (2026-W42, FIRST_PERIOD) are partitions whatever the ledger holds and whatever the date is.
+FIRST_WEEK_VARIABLE = "DIGEST_FIRST_WEEK"
+os.environ[FIRST_WEEK_VARIABLE] = str(FIRST_PERIOD)
 
 BACKENDS = ["fake", "sqlite", pytest.param("postgres", marks=pytest.mark.integration)]
 SQL_BACKENDS = ["sqlite", pytest.param("postgres", marks=pytest.mark.integration)]
@@ -101,15 +109,17 @@ def pytest_configure(config: pytest.Config) -> None:
     tempfile.tempdir = None  # gettempdir() caches its answer: look again, now with TMPDIR
 
 
-#: what scripts/pg-test-cluster.sh says of its cluster (fsync off): kept, like the servers' URLs
-KEPT_SETTINGS = frozenset({ALLOW_VARIABLE})
+#: what scripts/pg-test-cluster.sh says of its cluster (fsync off), and the partitions' first
+#: week (above): kept, like the servers' URLs, so the processes a test starts inherit them
+KEPT_SETTINGS = frozenset({ALLOW_VARIABLE, FIRST_WEEK_VARIABLE})
 
 
 def drop_digest_env(monkeypatch: pytest.MonkeyPatch) -> None:
     """Removes every `DIGEST_*` setting but the test servers' `DIGEST_TEST_*` URLs.
 
     The throwaway cluster's `DIGEST_ALLOW_NONDURABLE_LEDGER` stays too: without it every
-    delivery on that cluster is refused. A test of the refusal removes it itself.
+    delivery on that cluster is refused. A test of the refusal removes it itself. So does
+    `DIGEST_FIRST_WEEK`, which the definitions in a process a test starts read.
     """
     for name in list(os.environ):
         if (

@@ -29,7 +29,7 @@ from digest_pipeline.cli.files import read_input
 from digest_pipeline.cli.secrets import require_link_settings
 from digest_pipeline.domain.periods import Period
 from digest_pipeline.domain.states import CLAIMABLE, DeliveryState
-from digest_pipeline.instance import prepare_home
+from digest_pipeline.instance import prepare_home, storage_block
 from digest_pipeline.services import late
 from digest_pipeline.services.helpers import allow_forks_beside, between_forks
 from digest_pipeline.services.metrics import period_metrics
@@ -132,13 +132,30 @@ class Progress:
         self._ctx.err.flush()
 
 
+def _require_project_file(ctx: Context, name: str) -> None:
+    """Refuses a missing, unreadable or oversized project file, without Dagster's loader."""
+    path = ctx.root / name
+    if not path.is_file():
+        raise UsageError(f"no {name} in {ctx.root}: run digest from the project folder")
+    read_input(path, name)  # Dagster and `instance.prepare_home` read it whole
+
+
 def run_period(ctx: Context, args: argparse.Namespace) -> int:
     """Materialises the period; exit 1 if the run or a blocking check failed."""
     ctx.creates_ledger = True
     period = parse_period(ctx, args.period)
     settings = ctx.settings  # a bad setting fails here, before anything runs
     ledger = ctx.ledger  # migrated before the progress line starts reading it
-    # Imported here, not at the top: loading Dagster takes seconds `digest status` should not pay.
+    _require_project_file(ctx, "dagster.yaml")
+    _require_project_file(ctx, WORKSPACE)
+    storage_block(ctx.env)  # a bad DAGSTER_PG_* setting, refused as `prepare_home` would
+    require_reason(args.reason)  # a bad --reason is bad input before any refusal of the ledger
+    # the window, before the secret check below may record the secret's first fingerprint
+    operator = _check_window(ctx, period, args)
+    # a ledger that can lose commits would send twice after a crash (cli/durability.py)
+    require_durable_ledger(ctx, "digest run")
+    # Imported only now, after every refusal of the command line and the project files: loading
+    # Dagster takes seconds that bad input must not wait for (cli/test_no_dagster_before_refusal).
     import dagster as dg
 
     from digest_pipeline.cli.workspace_job import (
@@ -146,18 +163,16 @@ def run_period(ctx: Context, args: argparse.Namespace) -> int:
         failure_lines,
         workspace_origin,
     )
+    from digest_pipeline.defs.guards import REFUSED_TAG
+    from digest_pipeline.defs.partitions import require_partition
     from digest_pipeline.defs.run_ledger import REFUSED
 
-    if not (ctx.root / "dagster.yaml").is_file():
-        raise UsageError(f"no dagster.yaml in {ctx.root}: run digest from the project folder")
-    # the instance's home is written from it (instance.prepare_home): refuse an oversized one
-    read_input(ctx.root / "dagster.yaml", "dagster.yaml")
-    workspace_origin(ctx.root / WORKSPACE)  # a missing or odd workspace.yaml: one line, now
-    require_reason(args.reason)  # a bad --reason is bad input before any refusal of the ledger
-    # the window, before the secret check below may record the secret's first fingerprint
-    operator = _check_window(ctx, period, args)
-    # a ledger that can lose commits would send twice after a crash (cli/durability.py)
-    require_durable_ledger(ctx, "digest run")
+    # what workspace.yaml names, which only Dagster's own loader reads; still before anything
+    # of the command is recorded
+    workspace_origin(ctx.root / WORKSPACE)
+    # a week before the job's first week (DIGEST_FIRST_WEEK) is no partition: one line, and
+    # no late grant recorded for it
+    require_partition(period)
     # the demo's secret and loopback link, no postal address: demo ledger only (cli/secrets.py)
     require_link_settings(ctx, "digest run")
     # last of the checks: a late grant is recorded only when the run can start right after it
@@ -177,11 +192,16 @@ def run_period(ctx: Context, args: argparse.Namespace) -> int:
                 run_config={"loggers": {"console": {"config": {"log_level": "ERROR"}}}},
             )
         checks = result.get_asset_check_evaluations()
-        failures = [] if result.success else failure_lines(instance, result.run_id, REFUSED)
+        # a refused week's run ends without error having done nothing: its tag says why
+        run = instance.get_run_by_id(result.run_id)
+        refusal = run.tags.get(REFUSED_TAG) if run is not None else None
+        succeeded = result.success and refusal is None
+        failures = [] if succeeded else failure_lines(instance, result.run_id, REFUSED)
     finally:
         instance.dispose()
     metrics = period_metrics(ledger, period, ctx.clock.now())
-    ctx.write(f"period {period}: run {result.run_id} {'succeeded' if result.success else 'FAILED'}")
+    outcome = "succeeded" if succeeded else "REFUSED" if result.success else "FAILED"
+    ctx.write(f"period {period}: run {result.run_id} {outcome}")
     for line in failures:
         ctx.write(f"  {line}")
     ctx.write()
@@ -198,4 +218,4 @@ def run_period(ctx: Context, args: argparse.Namespace) -> int:
     if settings.mailer == "outbox":
         ctx.write(f"messages: {settings.outbox_dir}/new (one .eml file per operation key)")
     ctx.write(f"inspect: make ui, then http://127.0.0.1:3000 (DAGSTER_HOME={home})")
-    return EXIT_OK if result.success else EXIT_FAILED
+    return EXIT_OK if succeeded else EXIT_FAILED

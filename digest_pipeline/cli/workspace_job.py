@@ -76,6 +76,7 @@ def execute_workspace_job(
         repo = repos[0]
         remote_job = repo.get_full_job(job_name)
         recon_job = location.get_reconstructable_job(repo.name, job_name)
+        _require_partition(recon_job.get_definition(), partition_key)
         plan = location.get_execution_plan(
             remote_job, run_config, step_keys_to_execute=None, known_state=None, instance=instance
         ).execution_plan_snapshot
@@ -103,6 +104,23 @@ def execute_workspace_job(
             asset_graph=repo.asset_graph,
         )
         return execute_run(recon_job, run, instance, raise_on_error=False)
+
+
+def _require_partition(job: dg.JobDefinition, partition_key: str) -> None:
+    """Refuses a key that is not a partition of the job: its run would be outside the grid.
+
+    Dagster runs any key it can parse (a week before the first, say) without a word, and the
+    run's assets would record a week the job's partitions, its grid and its plots never show.
+    """
+    partitions = job.partitions_def
+    if partitions is None or partitions.has_partition_key(partition_key):
+        return
+    first, last = partitions.get_first_partition_key(), partitions.get_last_partition_key()
+    held = f"from {first} to {last}" if first and last else "none yet"
+    raise UsageError(
+        f"{partition_key} is not a partition of {job.name} (its partitions: {held}; "
+        "DIGEST_FIRST_WEEK sets the first week)"
+    )
 
 
 def failure_lines(instance: dg.DagsterInstance, run_id: str, refused: str) -> list[str]:

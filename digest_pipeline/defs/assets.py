@@ -1,26 +1,37 @@
 """The period's assets before and after delivery: snapshot, content, work items and cleanup.
 
-Each asset reads its resources, calls one service and records the service's report as
-materialisation metadata (counts only: no address, no digest content). Every one is safe to
-re-materialise; the services are idempotent and the metadata says what a re-run reused.
+Each asset reads its resources and calls one service. Its metadata is the week as the ledger
+holds it, under `digest status --json`'s names, and what this run did under `this_run_*`
+(counts only: no address, no digest content), so a re-run shows the same week. Every one is
+safe to re-materialise: the services are idempotent.
 """
 
 import dagster as dg
 
 from digest_pipeline.defs.asset_checks import CLEANUP_CHECKS, CONTENT_CHECKS, SNAPSHOT_CHECKS
 from digest_pipeline.defs.check_step import asset_with_checks
-from digest_pipeline.defs.guards import refuse_missed_week, refuse_nondurable_ledger, refused
+from digest_pipeline.defs.guards import refuse_week, refused, week_refusal
 from digest_pipeline.defs.partitions import weekly_partitions
-from digest_pipeline.defs.report import period_metadata, seconds
+from digest_pipeline.defs.report import period_metadata, this_run, with_partitions_note
 from digest_pipeline.defs.resources import DeliveryResource
 from digest_pipeline.domain.periods import Period
-from digest_pipeline.ports import Clock, CustomerSource, Ledger
+from digest_pipeline.domain.states import DeliveryState
+from digest_pipeline.ports import Clock, Composer, CustomerSource, Ledger
 from digest_pipeline.services.cleanup import clean_period
 from digest_pipeline.services.content import generate_content
 from digest_pipeline.services.enqueue import enqueue_period
+from digest_pipeline.services.metrics import content_totals, period_metrics
 from digest_pipeline.services.snapshot import take_snapshot
 
 GROUP = "digest"
+#: the week's figures `digest_cleanup` shows, as `digest status --json` names them
+CLEANUP_WEEK = (
+    "delivered",
+    DeliveryState.SENT.value,
+    DeliveryState.CLEANED.value,
+    "cleanup_lag_p50_s",
+    "cleanup_lag_max_s",
+)
 #: excluded product ids listed in `digest_content`'s metadata (the count is always complete)
 EXCLUDED_SHOWN = 100
 
@@ -31,22 +42,24 @@ def eligibility_snapshot(
     customer_source: dg.ResourceParam[CustomerSource],
     ledger: dg.ResourceParam[Ledger],
     clock: dg.ResourceParam[Clock],
+    composer: dg.ResourceParam[Composer],
     delivery: DeliveryResource,
-) -> dg.MaterializeResult[None]:
+) -> dg.MaterializeResult[None] | None:
     """The week's frozen selection of active, opted-in customers, with their addresses.
 
-    Frozen by the first materialisation of the partition; a re-run reuses it unchanged (metadata
-    `reused`), so a customer who opts out or in after the freeze does not change the week.
-    Customers on the suppression list are left out (`suppressed_excluded`).
-
-    Partitions are keyed by the ISO week's Monday (UTC): partition 2026-10-12 is period
-    2026-W42; the metadata's `period` names the week.
+    Frozen by the first materialisation of the partition; a re-run reuses it unchanged
+    (`this_run_froze` false), so a customer who opts out or in after the freeze does not change
+    the week. Customers on the suppression list are left out (`this_run_suppressed_excluded`).
+    A week that may not start (its window closed, a ledger that can lose commits, links or a
+    footer its settings may not send) is refused: the run's `digest/refused` tag and an
+    observation of this partition say why, and nothing of the week runs. A run tagged
+    `digest/deliver_late` (the reason) and `digest/operator` grants a missed week a late window.
     """
     period = Period.parse(context.partition_key)
-    # a missed week is refused before anything is frozen (DIGEST_LATE_WINDOW_SECONDS)
-    refuse_missed_week(ledger, delivery.settings().policy, clock, period)
-    # and so is a ledger that can lose commits: the week's first step records nothing there
-    refuse_nondurable_ledger(ledger, delivery.settings().allow_nondurable_ledger)
+    settings = delivery.settings()
+    if (line := week_refusal(context, ledger, composer, clock, settings, period)) is not None:
+        refuse_week(context, period, "eligibility_snapshot", line)
+        return None
     report = take_snapshot(customer_source, ledger, clock, period, context.run.run_id)
     note = (
         f"Re-run: reused the snapshot frozen by run {report.selection_run_id}."
@@ -57,14 +70,18 @@ def eligibility_snapshot(
         metadata={
             **period_metadata(period),
             "eligible": report.eligible,
-            "reused": report.reused,
-            "note": dg.MetadataValue.text(note),
             "selected_at": dg.MetadataValue.timestamp(report.selected_at),
             "selection_run_id": dg.MetadataValue.text(report.selection_run_id),
-            "considered": report.considered,
-            "invalid_ids": report.invalid_ids,
-            # customers on the suppression list the gate left out (0 on a re-run)
-            "suppressed_excluded": report.suppressed,
+            "note": dg.MetadataValue.text(note),
+            "this_run_froze": not report.reused,
+            # what the freeze read of the source: zeros on a run that reused the snapshot
+            **this_run(
+                {
+                    "considered": report.considered,
+                    "invalid_ids": report.invalid_ids,
+                    "suppressed_excluded": report.suppressed,
+                }
+            ),
         }
     )
 
@@ -77,17 +94,18 @@ def digest_content(
 ) -> dg.MaterializeResult[None]:
     """Each selected customer's generated digest rows (product picks), linked to its key.
 
-    Customers who already have rows, or whose digest was already sent, are skipped
-    (`skipped_existing`); `without_picks` counts customers the catalogue offered nothing.
+    The week: `content_customers` have a digest written (or already sent), `content_missing`
+    still need one. This run: customers who already had rows, or whose digest was already sent,
+    are skipped (`this_run_skipped_existing`); `this_run_without_picks` counts customers the
+    catalogue offered nothing.
     Catalogue products a digest cannot carry (a bad link, title, price) are left out of every
     pick: when there are any, `excluded_products` counts them and `excluded_product_ids` names
     each id with the fields that failed (the `catalogue_products_valid` check warns about them).
-
-    Partitions are keyed by the ISO week's Monday (UTC): partition 2026-10-12 is period
-    2026-W42; the metadata's `period` names the week.
     """
     period = Period.parse(context.partition_key)
     report = generate_content(customer_source, ledger, period)
+    snapshot = ledger.snapshot(period)
+    week = content_totals(ledger, period, snapshot.eligible_count if snapshot else 0)
     # only when there are some: a clean catalogue's metadata stays as it always was
     excluded: dict[str, int | dg.MetadataValue] = (
         {
@@ -102,33 +120,35 @@ def digest_content(
     return dg.MaterializeResult(
         metadata={
             **period_metadata(period),
-            "customers": report.customers,
-            "rows": report.rows,
-            "skipped_existing": report.skipped_existing,
-            "without_picks": report.without_picks,
+            **week,
+            **this_run(
+                {
+                    "customers": report.customers,
+                    "rows": report.rows,
+                    "skipped_existing": report.skipped_existing,
+                    "without_picks": report.without_picks,
+                }
+            ),
             **excluded,
         }
     )
 
 
 @dg.asset(group_name=GROUP, partitions_def=weekly_partitions, deps=[digest_content])
+@with_partitions_note
 def digest_work_items(
     context: dg.AssetExecutionContext,
     ledger: dg.ResourceParam[Ledger],
     clock: dg.ResourceParam[Clock],
 ) -> dg.MaterializeResult[None]:
-    """One durable work item per selected customer, created once (`existing` on a re-run).
-
-    Partitions are keyed by the ISO week's Monday (UTC): partition 2026-10-12 is period
-    2026-W42; the metadata's `period` names the week.
-    """
+    """One durable work item per selected customer, created once; `work_items` is the week's."""
     period = Period.parse(context.partition_key)
     receipt = enqueue_period(ledger, clock, period)
     return dg.MaterializeResult(
         metadata={
             **period_metadata(period),
-            "created": receipt.created,
-            "existing": receipt.existing,
+            "work_items": sum(ledger.state_counts(period).values()),
+            **this_run({"created": receipt.created, "existing": receipt.existing}),
         }
     )
 
@@ -142,18 +162,15 @@ def digest_cleanup(
 ) -> dg.MaterializeResult[None]:
     """The cleanup gate: archives or deletes the generated rows of sent digests, once per key.
 
-    Items not sent (`unknown`, `failed`, dead-lettered, still retrying) keep their rows and are
-    counted in `held_back_<state>`; a re-run counts earlier cleanups in `already_cleaned`.
-    The cleanup lag (`cleanup_lag_p50_s`, `cleanup_lag_max_s`) runs from send to cleanup.
-
-    Partitions are keyed by the ISO week's Monday (UTC): partition 2026-10-12 is period
-    2026-W42; the metadata's `period` names the week.
+    The week: `cleaned` items (their rows are gone), `sent` items whose rows are still held, and
+    the cleanup lag from send to cleanup (`cleanup_lag_p50_s`, `cleanup_lag_max_s`). This run:
+    items it cleaned and their rows; items not sent (`unknown`, `failed`, dead-lettered, still
+    retrying) keep their rows and are counted in `this_run_held_back_<state>`.
     """
     period = Period.parse(context.partition_key)
     with refused():  # a changed snapshot: the step fails with its line, nothing is cleaned
         report = clean_period(ledger, clock, period, delivery.settings().cleanup_mode)
-    # the cleanup lag is all it reports of the week's metrics: the rest are the deliveries'
-    times = ledger.item_time_summary(period)
+    week = period_metrics(ledger, period, clock.now()).as_flat_dict()
     held_back = {
         f"held_back_{reason.removeprefix('not_sent:')}": n
         for reason, n in sorted(report.held_back.items())
@@ -161,13 +178,16 @@ def digest_cleanup(
     return dg.MaterializeResult(
         metadata={
             **period_metadata(period),
-            "cleaned": report.cleaned,
-            "already_cleaned": report.already_cleaned,
-            "rows": report.rows,
-            "held_back": report.held_back.total(),
-            **held_back,
-            "lost_races": report.lost_races,
-            "cleanup_lag_p50_s": seconds(times.cleanup_lag_p50_s),
-            "cleanup_lag_max_s": seconds(times.cleanup_lag_max_s),
+            **{k: week[k] for k in CLEANUP_WEEK if week[k] is not None},
+            **this_run(
+                {
+                    "cleaned": report.cleaned,
+                    "rows_cleaned": report.rows,
+                    "found_cleaned": report.already_cleaned,
+                    "lost_races": report.lost_races,
+                    "held_back": report.held_back.total(),
+                    **held_back,
+                }
+            ),
         }
     )

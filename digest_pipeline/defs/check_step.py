@@ -128,16 +128,18 @@ def check_step(asset: str, checks: Sequence[Check]) -> dg.AssetChecksDefinition:
 
 def asset_with_checks(
     checks: Sequence[Check], *, group: str, deps: Sequence[str] = ()
-) -> Callable[[Callable[..., dg.MaterializeResult[None]]], dg.AssetsDefinition]:
+) -> Callable[[Callable[..., dg.MaterializeResult[None] | None]], dg.AssetsDefinition]:
     """Makes `fn` a weekly asset named after it, whose step then evaluates `checks` on it.
 
-    `fn(context, **resources)` materialises the asset as an `@dg.asset` would; its docstring is
-    the asset's description. The step can be subset: materialising without the checks skips
-    them, and executing a check alone from the UI evaluates it without running `fn`. The checks
-    read only resources `fn` already takes.
+    `fn(context, **resources)` materialises the asset as an `@dg.asset` would, or returns None
+    for a refused week (guards.py): the step then yields nothing, so the asset is not
+    materialised, its checks are not evaluated and every step after it is skipped. Its
+    docstring is the asset's description. The step can be subset: materialising without the
+    checks skips them, and executing a check alone from the UI evaluates it without running
+    `fn`. The checks read only resources `fn` already takes.
     """
 
-    def wrap(fn: Callable[..., dg.MaterializeResult[None]]) -> dg.AssetsDefinition:
+    def wrap(fn: Callable[..., dg.MaterializeResult[None] | None]) -> dg.AssetsDefinition:
         name = fn.__name__
         ordered = _ordered(name, checks)
         params = set(inspect.signature(fn).parameters) - {"context"}
@@ -150,7 +152,10 @@ def asset_with_checks(
             context: dg.AssetExecutionContext, **resources: Any
         ) -> Iterator[dg.MaterializeResult[None] | dg.AssetCheckResult]:
             if dg.AssetKey(name) in context.selected_asset_keys:
-                yield fn(context, **resources)
+                result = fn(context, **resources)
+                if result is None:
+                    return
+                yield result
             yield from _evaluate(context, ordered)
 
         return dg.multi_asset(
@@ -161,7 +166,9 @@ def asset_with_checks(
                     deps=deps,
                     group_name=group,
                     partitions_def=weekly_partitions,
-                    description=inspect.cleandoc(fn.__doc__ or ""),
+                    description=f"{inspect.cleandoc(fn.__doc__ or '')}\n\n{PARTITIONS_NOTE}",
+                    # a refused week yields no materialisation, and the steps after it skip
+                    skippable=True,
                 )
             ],
             check_specs=[c.spec for c in ordered],

@@ -15,14 +15,18 @@ from typing import Any
 import dagster as dg
 
 from digest_pipeline.defs.guards import (
-    refuse_changed_snapshot,
+    changed_snapshot,
+    first_refusal,
+    link_settings,
+    missed_week,
+    nondurable_ledger,
     refuse_link_settings,
-    refuse_missed_week,
     refuse_nondurable_ledger,
+    refuse_week,
     refused,
 )
 from digest_pipeline.defs.partitions import weekly_partitions
-from digest_pipeline.defs.report import NEEDING_A_LOOK, delivery_metadata
+from digest_pipeline.defs.report import NEEDING_A_LOOK, delivery_metadata, with_partitions_note
 from digest_pipeline.defs.resources import DeliveryResource
 from digest_pipeline.domain.periods import Period
 from digest_pipeline.domain.states import DeliveryState
@@ -35,20 +39,32 @@ from digest_pipeline.wiring import build_deliverer
 
 @dg.op(
     ins={"work_items": dg.In(dg.Nothing)},
-    out={"batches": dg.DynamicOut(int), "before": dg.Out(dict)},
+    # `before` is not yielded for a refused week: the steps after this one then skip
+    out={"batches": dg.DynamicOut(int), "before": dg.Out(dict, is_required=False)},
 )
 def plan_batches(
     context: dg.OpExecutionContext,
     ledger: dg.ResourceParam[Ledger],
+    composer: dg.ResourceParam[Composer],
     clock: dg.ResourceParam[Clock],
     delivery: DeliveryResource,
 ) -> Iterator[dg.Output[dict[str, int]] | dg.DynamicOutput[int]]:
-    """Recovers expired leases, then yields one batch per `step_items` due items."""
+    """Recovers expired leases, then yields one batch per `step_items` due items.
+
+    A sensor's run starts here, so the week's refusals are asked again before anything is
+    recorded; a refused week yields nothing (guards.py `refuse_week`).
+    """
     period = Period.parse(context.partition_key)
-    refuse_missed_week(ledger, delivery.settings().policy, clock, period)
-    refuse_changed_snapshot(ledger, clock, period)
-    # before leases are recovered: a sensor's run starts here
-    refuse_nondurable_ledger(ledger, delivery.settings().allow_nondurable_ledger)
+    settings = delivery.settings()
+    line = first_refusal(
+        missed_week(ledger, settings.policy, clock, period),
+        changed_snapshot(ledger, clock, period),
+        nondurable_ledger(ledger, settings.allow_nondurable_ledger),
+        link_settings(ledger, composer, clock),
+    )
+    if line is not None:
+        refuse_week(context, period, "digest_deliveries", line)
+        return
     now = clock.now()
     recovered = ledger.recover_expired_leases(now)
     counts = ledger.state_counts(period)
@@ -131,20 +147,19 @@ def settle_period(
     partitions_def=weekly_partitions,
     ins={"digest_work_items": dg.AssetIn(dagster_type=dg.Nothing)},
 )
+@with_partitions_note
 def digest_deliveries(digest_work_items: Any) -> Any:
     """Every work item of the week taken to a recorded state: sent, retrying, failed, or unknown.
 
-    Fans out over batches of due items (`DIGEST_BATCH_SIZE`); a re-run sends nothing twice and
-    reports what was already sent (`skipped_already_sent`). Metadata holds the week's `period`;
-    `delivered` (sent, or sent and cleaned) of `eligible`, as `delivered_fraction` (0..1, for the
-    plot) and `delivered_pct` (text); the counts by state; retry rates by failure class, as
-    fractions and as `retry_rate_<class>_pct` (percent of finished attempts); per-item
-    enqueue-to-claim delays; duplicate detections; and `worst_items`: up to 20 items not sent,
-    worst first, by key (no addresses, no content), or "none". Cleanup's numbers are on
-    `digest_cleanup`. Retries due later are picked up by the `digest_retry_sweeper` sensor.
-
-    Partitions are keyed by the ISO week's Monday (UTC): partition 2026-10-12 is period
-    2026-W42; the metadata's `period` names the week.
+    Fans out over batches of due items (`DIGEST_BATCH_SIZE`); a re-run sends nothing twice.
+    Metadata is the week as the ledger holds it, as `digest status --json` names it: `delivered`
+    (sent, or sent and cleaned) of `eligible`, as `delivered_fraction` (0..1, for the plot) and
+    `delivered_pct` (text); a count for every state, adding up to `work_items`; the finished
+    attempts by failure class (`<class>_attempts_fraction`, `<class>_attempts_pct`); per-item
+    enqueue-to-claim delays; duplicates; feedback. What this run did is under `this_run_*`
+    (`this_run_found_already_delivered` on a re-run). `worst_items` lists up to 20 items not
+    sent, worst first, by key (no addresses, no content), or "none". Retries due later are
+    picked up by the `digest_retry_sweeper` sensor.
     """
     batches, before = plan_batches(digest_work_items)
     return settle_period(before, batches.map(deliver_batch).collect())

@@ -1,34 +1,36 @@
-"""Turns a period's numbers into asset metadata and check results the UI can show and plot.
+"""Turns a week's numbers into asset metadata and check results the UI can show and plot.
 
-Every materialisation and check evaluation names its ISO week (`period`, `2026-W42`), because
-the partition key the UI shows is that week's Monday (`2026-10-12`). Numbers stay plain ints and
-floats (one point per partition in the UI's plots); a rate is kept as a plottable fraction in
-[0, 1] *and* as a text that reads as a percentage of its base (`3.1 % of 260 eligible`).
-`worst_items` and check samples hold operation keys (which name the customer id), states and
-failure codes, never an address or digest content.
+Every materialisation and check evaluation names its ISO week (`period`, `2026-W42`). Metadata
+holds the week as the ledger holds it, under `digest status --json`'s names, and what the run
+did under `this_run_*`. Numbers stay plain ints and floats (one point per partition in the UI's
+plots); a share is a plottable fraction *and* a text with its base (`3.1 % of 260 eligible`).
+`worst_items` and check samples hold operation keys, states and failure codes, never an address
+or digest content.
 """
 
 import heapq
+import inspect
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, TypeVar
 
 import dagster as dg
 
-from digest_pipeline.domain.failures import FailureClass
 from digest_pipeline.domain.model import WorkItem
 from digest_pipeline.domain.periods import Period
 from digest_pipeline.domain.states import DeliveryState
 from digest_pipeline.services.metrics import PeriodMetrics
 from digest_pipeline.services.reconcile import ReconcileReport
 
+F = TypeVar("F", bound=Callable[..., Any])
+
 WORST_ITEMS = 20
 #: operation keys an asset check lists as its sample
 SAMPLE = 10
 #: the sentence every asset and check description carries, for the analyst reading the UI
 PARTITIONS_NOTE = (
-    "Partitions are keyed by the ISO week's Monday (UTC): partition 2026-10-12 is period "
-    "2026-W42; the metadata's `period` names the week."
+    "Partitions are ISO weeks, keyed by the week's Monday as an ISO week date: partition "
+    "2026-W42-1 is period 2026-W42 (type W42 in the partition filter)."
 )
 #: items that reached the provider: never listed in `worst_items`
 DELIVERED = frozenset({DeliveryState.SENT, DeliveryState.CLEANED})
@@ -48,39 +50,21 @@ _BY_SEVERITY = (
     DeliveryState.PENDING,
 )
 SEVERITY = {s: rank for rank, s in enumerate(_BY_SEVERITY)}
-#: the key already names the customer (`digest:2026-W42:customer-1842`): no separate column, so
-#: the table fits beside the partition list
-_COLUMNS = ("key", "state", "attempts", "last_failure_class", "last_detail")
-_TYPES = ("string", "string", "int", "string", "string")
-#: state counts that belong to the cleanup gate, shown on `digest_cleanup` only
-_CLEANUP_STATES = frozenset({DeliveryState.CLEANED})
+#: the key already names the customer; the failure is one column (`permanent: invalid_recipient`)
+#: so a row fits on one line of the UI's metadata panel
+_COLUMNS = ("key", "state", "attempts", "last_failure")
+_TYPES = ("string", "string", "int", "string")
+
+
+def with_partitions_note(fn: F) -> F:
+    """`fn` with `PARTITIONS_NOTE` after its docstring, which Dagster shows as its description."""
+    fn.__doc__ = f"{inspect.cleandoc(fn.__doc__ or '')}\n\n{PARTITIONS_NOTE}"
+    return fn
 
 
 def period_metadata(period: Period) -> dict[str, dg.MetadataValue]:
     """The `period` entry every materialisation and check evaluation starts with."""
     return {"period": dg.MetadataValue.text(str(period))}
-
-
-def fraction(part: int, whole: int) -> float | None:
-    """`part / whole` rounded to 4 places (0.01 %), for plots; None when there is no base."""
-    return round(part / whole, 4) if whole else None
-
-
-def percent_of(part: int, whole: int, base: str) -> str:
-    """`3.1 % of 260 eligible`: a share as a percentage with its denominator."""
-    return rate_of(part / whole if whole else 0.0, whole, base)
-
-
-def rate_of(rate: float, whole: int, base: str) -> str:
-    """`rate` (a fraction of `whole`) as `3.1 % of 260 eligible`; `n/a (0 eligible)` for none."""
-    if not whole:
-        return f"n/a (0 {base})"
-    return f"{100 * rate:.1f} % of {whole:,} {base}"
-
-
-def seconds(value: float | None) -> float | None:
-    """A duration in seconds rounded to 0.1 s: the UI prints floats in full."""
-    return None if value is None else round(value, 1)
 
 
 def worst_items(
@@ -105,8 +89,7 @@ def worst_items(
                     "key": str(i.key),
                     "state": i.state.value,
                     "attempts": i.attempts,
-                    "last_failure_class": i.last_failure_class and i.last_failure_class.value,
-                    "last_detail": i.last_detail,
+                    "last_failure": last_failure(i),
                 }
             )
             for i in ranked
@@ -117,6 +100,12 @@ def worst_items(
             ]
         ),
     )
+
+
+def last_failure(item: WorkItem) -> str:
+    """`class: detail` of the item's last failed attempt (`permanent: invalid_recipient`), or ``."""
+    parts = [item.last_failure_class and item.last_failure_class.value, item.last_detail]
+    return ": ".join(p for p in parts if p)
 
 
 def check_result(
@@ -146,19 +135,22 @@ def check_result(
     )
 
 
-def retry_rates(metrics: PeriodMetrics) -> dict[str, float | dg.MetadataValue]:
-    """Per failure class: `retry_rate_<class>` (fraction) and `retry_rate_<class>_pct` (text).
+def week_metadata(metrics: PeriodMetrics) -> dict[str, Any]:
+    """The week's figures as `digest status --json` prints them, as metadata values.
 
-    The base is the week's finished attempts (an attempt still open has no class yet).
+    The same names and roundings (`PeriodMetrics.as_flat_dict`); an absent figure (a share of
+    nothing, a delay before any claim) is left out, since the UI cannot plot a null.
     """
-    entries: dict[str, float | dg.MetadataValue] = {}
-    for fc in FailureClass:
-        rate = metrics.retry_rate.get(fc.value, 0.0)
-        entries[f"retry_rate_{fc.value}"] = round(rate, 4)
-        entries[f"retry_rate_{fc.value}_pct"] = dg.MetadataValue.text(
-            rate_of(rate, metrics.finished_attempts, "finished attempts")
-        )
-    return entries
+    return {
+        k: dg.MetadataValue.text(v) if isinstance(v, str) else v
+        for k, v in metrics.as_flat_dict().items()
+        if v is not None
+    }
+
+
+def this_run(counts: Mapping[str, int]) -> dict[str, int]:
+    """`counts` as what this run did (`this_run_<name>`), apart from the week's totals."""
+    return {f"this_run_{name}": n for name, n in counts.items()}
 
 
 def delivery_metadata(
@@ -170,50 +162,30 @@ def delivery_metadata(
 ) -> dict[str, Any]:
     """The metadata of one `digest_deliveries` materialisation.
 
-    The headline first (`delivered` of `eligible`), then the counts by state, rates, delays and
-    this run's own numbers. Cleanup's numbers (`cleaned`, the cleanup lag) are on
-    `digest_cleanup`; `delivered` counts a sent-then-cleaned item as delivered.
+    The week first, as the ledger holds it (`delivered` of `eligible`, a count for every state,
+    the attempts by failure class, delays, duplicates, feedback), then what this run did under
+    `this_run_*`, then `worst_items`. A re-run of a delivered week shows the week unchanged and
+    zeros under `this_run_*`.
     """
-    this_run: Counter[str] = Counter()
+    done: Counter[str] = Counter()
     for r in results:
-        this_run.update(r)
+        done.update(r)
     return {
-        **period_metadata(metrics.period),
-        "eligible": metrics.eligible,
-        "delivered": metrics.delivered,
-        "delivered_fraction": fraction(metrics.delivered, metrics.eligible),
-        "delivered_pct": dg.MetadataValue.text(
-            percent_of(metrics.delivered, metrics.eligible, "eligible")
+        **week_metadata(metrics),
+        **this_run(
+            {
+                "batches": before["batches"],
+                "claimed": done["claimed"],
+                "sent": done[DeliveryState.SENT.value],
+                "lost_races": done["lost_races"],
+                "found_already_delivered": before["skipped_already_sent"],
+                "lease_requeued": before["lease_requeued"],
+                "lease_unknown": before["lease_unknown"],
+                "reconciled": reconciled.moved.total(),
+            }
         ),
-        **{
-            s.value: metrics.by_state.get(s.value, 0)
-            for s in DeliveryState
-            if s not in _CLEANUP_STATES
-        },
-        "attempts": metrics.attempts,
-        **retry_rates(metrics),
-        "enqueue_to_claim_p50_s": seconds(metrics.enqueue_to_claim_p50_s),
-        "enqueue_to_claim_p95_s": seconds(metrics.enqueue_to_claim_p95_s),
-        "oldest_pending_age_s": seconds(metrics.oldest_pending_age_s),
-        "duplicates_suppressed": metrics.duplicates_suppressed,
-        "duplicate_sends": metrics.duplicate_sends,
-        "dead_lettered_rows": sum(metrics.dead_letters.values()),
-        # what customers and the provider said (digest serve); `suppressed` above is the items
-        # cancelled because their customer was suppressed after the snapshot froze
-        "unsubscribes": metrics.feedback.unsubscribes,
-        "hard_bounces": metrics.feedback.hard_bounces,
-        "complaints": metrics.feedback.complaints,
-        "complaint_rate": metrics.complaint_rate,
-        "batches": before["batches"],
-        "claimed_this_run": this_run["claimed"],
-        "sent_this_run": this_run[DeliveryState.SENT.value],
-        "lost_races": this_run["lost_races"],
-        "skipped_already_sent": before["skipped_already_sent"],
-        "lease_requeued": before["lease_requeued"],
-        "lease_unknown": before["lease_unknown"],
-        "reconciled": reconciled.moved.total(),
-        "still_unknown": reconciled.still_unknown,
-        # unknown items only another mailer's evidence (or `digest resolve`) can settle
+        # of the week's `unknown` items, those only another mailer's evidence (or `digest
+        # resolve`) can settle
         "needs_other_mailer": reconciled.needs_mailer.total(),
         "worst_items": worst_items(items),
     }

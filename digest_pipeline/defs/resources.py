@@ -137,6 +137,8 @@ class DeliverySettings:
     delivery_processes: int = 1
     #: `DIGEST_ALLOW_NONDURABLE_LEDGER`: deliver on a database that can lose commits (unsafe)
     allow_nondurable_ledger: bool = False
+    #: `DIGEST_OPERATORS`: who may grant a late window (every name when empty)
+    operators: frozenset[str] = frozenset()
 
     @property
     def claim_size(self) -> int:
@@ -194,6 +196,7 @@ class DeliveryResource(dg.ConfigurableResource["DeliveryResource"]):
             s.breaker_threshold,
             s.delivery_processes,
             s.allow_nondurable_ledger,
+            s.operators,
         )
 
 

@@ -1,12 +1,20 @@
-"""The weekly job over the five assets (their checks come along) and its schedule.
+"""The weekly job over the five assets (their checks come along) and its Monday schedule.
 
-The schedule is built from the partitioned job: each Monday 06:00 UTC tick requests the week that
-has just ended (a tick on 2026-10-19 runs partition `2026-10-12`, 2026-W42), once per tick. It
-starts stopped; turn it on in the UI or with `dagster schedule start weekly_digest_schedule`.
-The job names no executor: it runs with the code location's (`defs/execution.py`, in-process).
+Each Monday 06:00 UTC tick requests the week that has just ended (a tick on 2026-10-19 runs
+partition `2026-W42-1`), one run per week, or skips with the reason a run would be refused: the
+week's delivery window has closed, or the week is not a partition. It starts stopped, and the job
+names no executor: it runs with the code location's (`defs/execution.py`, in-process).
 """
 
+from datetime import datetime
+
 import dagster as dg
+
+from digest_pipeline.defs.partitions import weekly_partitions
+from digest_pipeline.defs.resources import DeliveryResource
+from digest_pipeline.domain.periods import Period
+from digest_pipeline.ports import Clock, Ledger
+from digest_pipeline.services import late
 
 #: the period's whole graph, in order; referenced by key so this module defines no assets
 DIGEST_ASSETS = (
@@ -23,10 +31,42 @@ weekly_digest_job = dg.define_asset_job(
     description="One week's digest: snapshot, content, work items, deliveries and cleanup.",
 )
 
-weekly_digest_schedule = dg.build_schedule_from_partitioned_job(
-    weekly_digest_job,
+
+def week_ended_before(tick: datetime) -> Period | None:
+    """The last partition whose week ends at or before `tick`; None before the first week."""
+    with dg.partition_loading_context(effective_dt=tick):
+        key = weekly_partitions.get_last_partition_key()
+    return None if key is None else Period.parse(key)
+
+
+@dg.schedule(
     name="weekly_digest_schedule",
-    description="Every Monday 06:00 UTC: the digest of the week that has just ended.",
-    hour_of_day=6,
-    minute_of_hour=0,
+    cron_schedule="0 6 * * 1",
+    execution_timezone="UTC",
+    job=weekly_digest_job,
+    default_status=dg.DefaultScheduleStatus.STOPPED,
+    description="Every Monday 06:00 UTC: the digest of the week that has just ended; skipped, "
+    "with the reason, when its delivery window has closed.",
 )
+def weekly_digest_schedule(
+    context: dg.ScheduleEvaluationContext,
+    ledger: dg.ResourceParam[Ledger],
+    clock: dg.ResourceParam[Clock],
+    delivery: DeliveryResource,
+) -> dg.RunRequest | dg.SkipReason:
+    """Requests the week that ended before the tick, unless a run of it would be refused."""
+    tick = context.scheduled_execution_time
+    period = week_ended_before(tick)
+    if period is None:
+        first = Period.of(weekly_partitions.start.date())
+        return dg.SkipReason(
+            f"no week that ended by {tick:%Y-%m-%d %H:%M} UTC is a partition: the weekly job "
+            f"starts at {first} (DIGEST_FIRST_WEEK)"
+        )
+    # The run starts at the tick, or now when the tick is evaluated late: a preview of a future
+    # tick asks about then, a late evaluation about what the run will meet.
+    now = max(tick, clock.now())
+    if (why := late.refusal(ledger, delivery.settings().policy, period, now)) is not None:
+        return dg.SkipReason(why)
+    # The partition key as run key: one run per week, however often the tick is evaluated.
+    return dg.RunRequest(run_key=period.partition_key, partition_key=period.partition_key)

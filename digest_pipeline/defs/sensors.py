@@ -1,10 +1,10 @@
-"""`digest_retry_sweeper`: requests delivery and cleanup runs for weeks with work that is due.
+"""`digest_retry_sweeper`: requests `weekly_digest_job` runs of delivery and cleanup for due weeks.
 
-A week has work when an item's retry is due, an item is `unknown` (reconciliation may settle
-it), or a claim outlived its lease. The run key fingerprints exactly those items (operation key,
-lease token, state), so one due batch gets one run however often the sensor ticks, and a changed
-batch gets a new one. Items past their week's delivery window are dead-lettered by that run,
-never sent. The sensor starts stopped and needs the daemon (`dagster dev` runs one).
+A week has work when an item's retry is due, an item is `unknown` (reconciliation may settle it),
+or a claim outlived its lease; the run key fingerprints exactly those items (operation key, lease
+token, state), so one due batch gets one run however often the sensor ticks, and a changed batch a
+new one. Items past their week's delivery window are dead-lettered by that run, never sent; the
+sensor starts stopped and needs the daemon (`dagster dev` runs one).
 """
 
 import hashlib
@@ -14,6 +14,7 @@ import dagster as dg
 
 from digest_pipeline.defs.partitions import weekly_partitions
 from digest_pipeline.defs.resources import DeliveryResource
+from digest_pipeline.defs.schedules import weekly_digest_job
 from digest_pipeline.domain.states import CLAIMABLE, DeliveryState
 from digest_pipeline.domain.transitions import sweep_reason
 from digest_pipeline.ports import Clock, Ledger
@@ -32,7 +33,9 @@ def fingerprint(marks: Sequence[tuple[str, int, str]]) -> str:
     name="digest_retry_sweeper",
     minimum_interval_seconds=300,
     default_status=dg.DefaultSensorStatus.STOPPED,
-    target=dg.AssetSelection.assets(*SWEEP_ASSETS),
+    # the job, not an asset selection: its runs are listed under `weekly_digest_job`, not an
+    # anonymous job of the sensor's own, and each request selects the job's last two assets
+    job=weekly_digest_job,
 )
 def digest_retry_sweeper(
     context: dg.SensorEvaluationContext,

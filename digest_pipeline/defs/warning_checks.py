@@ -10,9 +10,10 @@ from datetime import timedelta
 import dagster as dg
 
 from digest_pipeline.defs.check_step import CheckInputs, check
-from digest_pipeline.defs.report import DELIVERED, check_result, percent_of, seconds
+from digest_pipeline.defs.report import DELIVERED, check_result
 from digest_pipeline.domain.feedback import COMPLAINT_RATE_LIMIT
 from digest_pipeline.domain.states import CLAIMABLE, DeliveryState
+from digest_pipeline.services.metrics import percent_of, seconds
 
 _WAITING = (*CLAIMABLE, DeliveryState.CLAIMED)
 
@@ -57,14 +58,17 @@ def dead_letter_volume(inputs: CheckInputs) -> dg.AssetCheckResult:
     rate = len(lost) / eligible if eligible else 0.0
     share = percent_of(len(lost), eligible, "eligible")
     verdict = f"{'within' if rate <= threshold else 'above'} the {100 * threshold:.1f} % threshold"
+    within = rate <= threshold
+    # violations count only when the share is above the threshold: a passing check shows 0
     return check_result(
         period,
-        rate <= threshold,
-        len(lost),
-        [str(i.key) for i in lost],
+        within,
+        0 if within else len(lost),
+        [] if within else [str(i.key) for i in lost],
         f"{len(lost)} item(s) dead-lettered or failed: {share} ({verdict})",
         dg.AssetCheckSeverity.WARN,
         eligible=eligible,
+        dead_lettered_or_failed=len(lost),
         dead_letter_rate=round(rate, 4),
         dead_letter_rate_pct=dg.MetadataValue.text(f"{share}, {verdict}"),
         threshold=threshold,

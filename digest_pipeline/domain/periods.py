@@ -1,8 +1,9 @@
 """Periods (ISO weeks) and operation keys: the identities every other piece agrees on.
 
-A period is written `2026-W42`; the Dagster partition key is that week's Monday, `2026-10-12`.
-Both spellings parse to the same `Period`. An operation key, `digest:2026-W42:customer-1842`, names
-one customer's digest for one period and never carries an attempt number.
+A period is written `2026-W42`; its Dagster partition key is the ISO 8601 week date of its Monday,
+`2026-W42-1`, and the Monday's calendar date `2026-10-12` is accepted too: all three parse to the
+same `Period`. An operation key, `digest:2026-W42:customer-1842`, names one customer's digest for
+one period and never carries an attempt number.
 """
 
 import re
@@ -13,6 +14,8 @@ from functools import lru_cache
 from digest_pipeline.domain.errors import InvalidCustomerId, InvalidOperationKey, InvalidPeriod
 
 _ISO_WEEK = re.compile(r"([0-9]{4})-W([0-9]{2})")
+#: an ISO week date (`%G-W%V-%u`), the form of a partition key
+_WEEK_DATE = re.compile(r"([0-9]{4})-W([0-9]{2})-([0-9])")
 _MONDAY = re.compile(r"([0-9]{4})-([0-9]{2})-([0-9]{2})")
 # fullmatch, not match + $: `$` lets a trailing newline through.
 # Colons separate the parts of an operation key and whitespace breaks headers and logs.
@@ -35,7 +38,10 @@ class Period:
 
     @classmethod
     def parse(cls, text: str) -> "Period":
-        """Parses `2026-W42` or the week's Monday `2026-10-12`; anything else raises InvalidPeriod."""
+        """Parses `2026-W42`, its partition key `2026-W42-1` or its Monday `2026-10-12`.
+
+        Anything else, a day other than the Monday included, raises InvalidPeriod.
+        """
         # every ledger row names its week: a handful of texts, parsed once each
         return _parse_period(text) if isinstance(text, str) else cls._parse(text)
 
@@ -44,6 +50,14 @@ class Period:
         raw = text.strip() if isinstance(text, str) else ""
         if m := _ISO_WEEK.fullmatch(raw):
             return cls(int(m.group(1)), int(m.group(2)))
+        if m := _WEEK_DATE.fullmatch(raw):
+            period = cls(int(m.group(1)), int(m.group(2)))
+            if m.group(3) != "1":
+                raise InvalidPeriod(
+                    f"period {text!r}: {raw} is day {m.group(3)} of {period}, not the Monday "
+                    f"({period}-1) that starts it"
+                )
+            return period
         if _MONDAY.fullmatch(raw):
             try:
                 day = date.fromisoformat(raw)
@@ -55,7 +69,8 @@ class Period:
                 )
             return cls.of(day)
         raise InvalidPeriod(
-            f"period {text!r} is neither an ISO week like 2026-W42 nor its Monday like 2026-10-12"
+            f"period {text!r} is neither an ISO week like 2026-W42 nor its partition key like "
+            "2026-W42-1 or its Monday like 2026-10-12"
         )
 
     @classmethod
@@ -70,8 +85,11 @@ class Period:
 
     @property
     def partition_key(self) -> str:
-        """The Dagster partition key: the Monday in ISO format."""
-        return self.monday.isoformat()
+        """The Dagster partition key: the Monday's ISO week date, `2026-W42-1` (`%G-W%V-%u`).
+
+        The UI's partition filter then finds a week by typing `W42`.
+        """
+        return f"{self}-1"
 
     @property
     def starts_at(self) -> datetime:
@@ -150,6 +168,6 @@ class OperationKey:
         return hash(str(self))
 
 
-#: the first week the asset graph partitions (Monday 2025-01-06); earlier weeks are not periods
-#: the pipeline can run
+#: the earliest week the pipeline can run (Monday 2025-01-06): no command accepts an earlier one,
+#: and the weekly partitions never start before it (`defs/partitions.py` picks their first week)
 FIRST_PERIOD = Period(2025, 2)

@@ -1,7 +1,8 @@
-"""The period's numbers for asset metadata, `digest status` and the simulator.
+"""The week's numbers as the ledger holds them, for asset metadata, `digest status` and the simulator.
 
-Everything is read from the ledger, so a re-run reports what actually happened, not what one
-process saw.
+Everything is read from the ledger, so a re-run reports the week, not what one run did.
+`as_flat_dict` names and rounds every figure once: the UI's metadata and `digest status --json`
+print the same names with the same values.
 """
 
 from collections import Counter
@@ -23,8 +24,9 @@ class PeriodMetrics:
     attempts: int
     #: attempts with an outcome (not still open): the denominator of `retry_rate`
     finished_attempts: int
-    #: failed attempts of each class divided by all finished attempts
-    retry_rate: dict[str, float]
+    #: finished attempts that ended in each failure class, divided by all finished attempts
+    #: (a share of attempts, not a retry rate: `permanent` and `unknown` are never retried)
+    failure_share: dict[str, float]
     #: per item: its first claim minus its own enqueue time (never a claim batch's or period's)
     enqueue_to_claim_p50_s: float | None
     enqueue_to_claim_p95_s: float | None
@@ -58,30 +60,84 @@ class PeriodMetrics:
         """Complaints / delivered in [0, 1]; None before anything was delivered."""
         return self.feedback.complaints / self.delivered if self.delivered else None
 
+    @property
+    def work_items(self) -> int:
+        """The week's work items, in every state: `eligible` once the week is enqueued."""
+        return sum(self.by_state.values())
+
     def as_flat_dict(self) -> dict[str, float | int | str | None]:
-        """Scalar metrics with stable names, for metadata and JSON."""
+        """The week's figures under their stable names, rounded once for every reader.
+
+        A state count for every state (they add up to `work_items`); a share as a fraction
+        (`*_fraction`, 4 places, for plots) and as text with its base (`*_pct`); durations in
+        seconds to 0.1 s. `dead_letters_recorded` counts dead-letter records, which stay when
+        an item is replayed; the state `dead_lettered` counts items that are dead-lettered now.
+        """
         flat: dict[str, float | int | str | None] = {
             "period": str(self.period),
             "eligible": self.eligible,
-            "attempts": self.attempts,
             "delivered": self.delivered,
-            "delivered_fraction": self.delivered_fraction,
-            "enqueue_to_claim_p50_s": self.enqueue_to_claim_p50_s,
-            "enqueue_to_claim_p95_s": self.enqueue_to_claim_p95_s,
-            "oldest_pending_age_s": self.oldest_pending_age_s,
+            "delivered_fraction": fraction(self.delivered, self.eligible),
+            "delivered_pct": percent_of(self.delivered, self.eligible, "eligible"),
+            "work_items": self.work_items,
+        }
+        flat |= {s: self.by_state.get(s, 0) for s in (st.value for st in DeliveryState)}
+        flat |= {"attempts": self.attempts, "finished_attempts": self.finished_attempts}
+        for fc in FailureClass:
+            share = self.failure_share.get(fc.value, 0.0)
+            flat[f"{fc.value}_attempts_fraction"] = round(share, 4)
+            flat[f"{fc.value}_attempts_pct"] = rate_of(
+                share, self.finished_attempts, "finished attempts"
+            )
+        flat |= {
+            "enqueue_to_claim_p50_s": seconds(self.enqueue_to_claim_p50_s),
+            "enqueue_to_claim_p95_s": seconds(self.enqueue_to_claim_p95_s),
+            "oldest_pending_age_s": seconds(self.oldest_pending_age_s),
             "duplicates_suppressed": self.duplicates_suppressed,
             "duplicate_sends": self.duplicate_sends,
-            "cleanup_lag_p50_s": self.cleanup_lag_p50_s,
-            "cleanup_lag_max_s": self.cleanup_lag_max_s,
-            "dead_lettered_rows": sum(self.dead_letters.values()),
+            "cleanup_lag_p50_s": seconds(self.cleanup_lag_p50_s),
+            "cleanup_lag_max_s": seconds(self.cleanup_lag_max_s),
+            "dead_letters_recorded": sum(self.dead_letters.values()),
             "unsubscribes": self.feedback.unsubscribes,
             "hard_bounces": self.feedback.hard_bounces,
             "complaints": self.feedback.complaints,
-            "complaint_rate": self.complaint_rate,
+            "complaint_rate": fraction(self.feedback.complaints, self.delivered),
+            "complaint_rate_pct": percent_of(self.feedback.complaints, self.delivered, "delivered"),
         }
-        flat |= {s: self.by_state.get(s, 0) for s in (st.value for st in DeliveryState)}
-        flat |= {f"retry_rate_{k}": v for k, v in self.retry_rate.items()}
         return flat
+
+
+def fraction(part: int, whole: int) -> float | None:
+    """`part / whole` rounded to 4 places (0.01 %), for plots; None when there is no base."""
+    return round(part / whole, 4) if whole else None
+
+
+def percent_of(part: int, whole: int, base: str) -> str:
+    """`3.1 % of 260 eligible`: a share as a percentage with its denominator."""
+    return rate_of(part / whole if whole else 0.0, whole, base)
+
+
+def rate_of(rate: float, whole: int, base: str) -> str:
+    """`rate` (a fraction of `whole`) as `3.1 % of 260 eligible`; `n/a (0 eligible)` for none."""
+    if not whole:
+        return f"n/a (0 {base})"
+    return f"{100 * rate:.1f} % of {whole:,} {base}"
+
+
+def seconds(value: float | None) -> float | None:
+    """A duration in seconds rounded to 0.1 s: the UI prints floats in full."""
+    return None if value is None else round(value, 1)
+
+
+def content_totals(ledger: Ledger, period: Period, eligible: int) -> dict[str, int]:
+    """The week's content as the ledger holds it: customers with a digest written, and without.
+
+    `content_customers` have live rows or were already sent (their rows may be cleaned since);
+    `content_missing` still need content generated (a catalogue with no picks for them leaves
+    them here).
+    """
+    missing = sum(1 for _ in ledger.iter_needing_content(period))
+    return {"content_customers": eligible - missing, "content_missing": missing}
 
 
 def period_metrics(ledger: Ledger, period: Period, now: datetime) -> PeriodMetrics:
@@ -89,7 +145,7 @@ def period_metrics(ledger: Ledger, period: Period, now: datetime) -> PeriodMetri
     snapshot = ledger.snapshot(period)
     outcomes = ledger.attempt_outcome_counts(period)
     finished = sum(n for k, n in outcomes.items() if k not in ("open", "duplicate"))
-    retry_rate = {
+    failure_share = {
         fc.value: (outcomes.get(fc.value, 0) / finished if finished else 0.0) for fc in FailureClass
     }
     times = ledger.item_time_summary(period)
@@ -102,7 +158,7 @@ def period_metrics(ledger: Ledger, period: Period, now: datetime) -> PeriodMetri
         by_state={s.value: n for s, n in ledger.state_counts(period).items()},
         attempts=finished + outcomes.get("open", 0),
         finished_attempts=finished,
-        retry_rate=retry_rate,
+        failure_share=failure_share,
         enqueue_to_claim_p50_s=times.claim_delay_p50_s,
         enqueue_to_claim_p95_s=times.claim_delay_p95_s,
         oldest_pending_age_s=(

@@ -77,7 +77,8 @@ def test_seed_with_a_period_freezes_it_and_status_reports_it_as_json(env):
     code, out, _ = digest(env, "status", "--period", "latest", "--json")
     data = json.loads(out)
     assert code == 0
-    assert set(data) == {"period", "by_state", "invariants", "metrics", "dead_letters"}
+    assert set(data) == {"period", "missed", "by_state", "invariants", "metrics", "dead_letters"}
+    assert data["missed"] is None
     assert data["metrics"]["eligible"] > 0
     assert all(v["passed"] for v in data["invariants"].values())
     assert "@" not in out

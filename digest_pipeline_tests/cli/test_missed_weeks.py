@@ -5,6 +5,7 @@ late window with `--deliver-late --reason`, which is audited and then delivers t
 Dagster job's resources run on the real clock, so the weeks are picked relative to today.
 """
 
+import json
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -143,3 +144,26 @@ def test_a_sweep_leaves_a_missed_week_alone_and_says_so(seeded):
     assert code == 1
     assert f"refused: period {MISSED}" in err
     assert ledger_dump(seeded) == before
+
+
+def test_status_names_a_missed_week_with_the_line_a_run_would_be_refused_with(seeded):
+    code, _, refusal = digest(seeded, "run", "--period", str(MISSED))
+    assert code == 2
+
+    code, out, _ = digest(seeded, "status", "--period", str(MISSED), "--json")
+    assert code == 0
+    missed = json.loads(out)["missed"]
+    assert missed is not None
+    assert missed in refusal
+
+    code, out, _ = digest(seeded, "status", "--period", str(MISSED))
+    assert f"MISSED: {missed}" in out.splitlines()
+
+
+def test_status_of_a_week_whose_window_is_open_names_no_missed_week(seeded):
+    code, out, _ = digest(seeded, "status", "--period", str(LATEST), "--json")
+
+    assert code == 0
+    assert json.loads(out)["missed"] is None
+    code, out, _ = digest(seeded, "status", "--period", str(LATEST))
+    assert "MISSED" not in out

@@ -20,6 +20,7 @@ from digest_pipeline.defs.assets import (
     eligibility_snapshot,
 )
 from digest_pipeline.defs.deliveries import digest_deliveries
+from digest_pipeline.defs.guards import REFUSED_TAG
 from digest_pipeline.defs.resources import DeliveryResource
 from digest_pipeline.defs.sensors import digest_retry_sweeper
 from digest_pipeline.domain.catalogue import Order, Product
@@ -34,7 +35,7 @@ from digest_pipeline_tests.fakes import (
     FixedClock,
 )
 
-PARTITION = "2026-10-12"
+PARTITION = "2026-W42-1"
 ASSETS = (
     eligibility_snapshot,
     digest_content,
@@ -149,6 +150,21 @@ def metadata(result: dg.ExecuteInProcessResult, asset: str) -> dict[str, Any]:
     """The raw values of the asset's (single) materialisation metadata in the run."""
     [mat] = result.asset_materializations_for_node(asset)
     return {k: v.value for k, v in mat.metadata.items()}
+
+
+def refusal(world: World, result: dg.ExecuteInProcessResult) -> str:
+    """The refused week's line: the run's `digest/refused` tag, which the run ended with.
+
+    Fails unless the run ended without error and neither `digest_deliveries` nor
+    `digest_cleanup` was materialised (a refusal comes at the latest at the delivery's plan).
+    """
+    assert result.success
+    materialised = {e.asset_key for e in result.get_asset_materialization_events()}
+    assert not materialised & {dg.AssetKey(k) for k in DELIVERY_AND_CLEANUP}
+    run = world.instance.get_run_by_id(result.run_id)
+    assert run is not None
+    line: str = run.tags[REFUSED_TAG]
+    return line
 
 
 def checks(result: dg.ExecuteInProcessResult) -> dict[str, dg.AssetCheckEvaluation]:

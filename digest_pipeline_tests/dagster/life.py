@@ -284,10 +284,13 @@ class Life:
 
     def schedule_tick(self) -> Launch:
         """Evaluates the weekly schedule now and launches its one request."""
-        context = dg.build_schedule_context(
-            instance=self.instance, scheduled_execution_time=self.clock.now()
-        )
-        data = self.schedule.evaluate_tick(context)
+        with dg.build_schedule_context(
+            instance=self.instance,
+            scheduled_execution_time=self.clock.now(),
+            resources=self.resources(),
+            repository_def=self._defs.get_repository_def(),
+        ) as context:
+            data = self.schedule.evaluate_tick(context)
         [request] = data.run_requests or []
         assert request.job_name in (None, self.job.name)
         assert request.partition_key is not None

@@ -17,13 +17,15 @@ from digest_pipeline_tests.dagster.harness import (
     BEFORE_DELIVERY,
     CHECK_COUNT,
     DELIVERY_AND_CLEANUP,
+    PARTITION,
     World,
     checks,
     metadata,
     project,
 )
 
-CLEANUP_ONLY = ("cleaned", "cleanup_lag_p50_s", "cleanup_lag_max_s")
+#: what the cleanup step itself did: on digest_cleanup only
+CLEANUP_ONLY = ("this_run_cleaned", "this_run_rows_cleaned", "this_run_held_back")
 
 
 def mapped_steps(result) -> list[str]:
@@ -39,30 +41,34 @@ def test_a_week_materialises_and_records_its_counts(clean_week):
 
     assert result.success
     snapshot = metadata(result, "eligibility_snapshot")
-    assert (snapshot["eligible"], snapshot["considered"], snapshot["reused"]) == (5, 5, False)
+    assert (snapshot["eligible"], snapshot["this_run_considered"]) == (5, 5)
+    assert snapshot["this_run_froze"] is True
     assert snapshot["selection_run_id"] == result.run_id
     assert metadata(result, "digest_content") == {
         "period": "2026-W42",
-        "customers": 5,
-        "rows": 20,
-        "skipped_existing": 0,
-        "without_picks": 0,
+        "content_customers": 5,
+        "content_missing": 0,
+        "this_run_customers": 5,
+        "this_run_rows": 20,
+        "this_run_skipped_existing": 0,
+        "this_run_without_picks": 0,
     }
     assert metadata(result, "digest_work_items") == {
         "period": "2026-W42",
-        "created": 5,
-        "existing": 0,
+        "work_items": 5,
+        "this_run_created": 5,
+        "this_run_existing": 0,
     }
     deliveries = metadata(result, "digest_deliveries")
-    assert {k: deliveries[k] for k in ("eligible", "sent", "claimed_this_run", "batches")} == {
-        "eligible": 5,
-        "sent": 5,
-        "claimed_this_run": 5,
-        "batches": 1,
-    }
-    assert deliveries["skipped_already_sent"] == 0
+    assert {
+        k: deliveries[k]
+        for k in ("eligible", "sent", "work_items", "this_run_claimed", "this_run_batches")
+    } == {"eligible": 5, "sent": 5, "work_items": 5, "this_run_claimed": 5, "this_run_batches": 1}
+    assert deliveries["this_run_found_already_delivered"] == 0
     cleanup = metadata(result, "digest_cleanup")
-    assert (cleanup["cleaned"], cleanup["rows"], cleanup["held_back"]) == (5, 20, 0)
+    assert (cleanup["cleaned"], cleanup["sent"], cleanup["delivered"]) == (5, 0, 5)
+    assert (cleanup["this_run_cleaned"], cleanup["this_run_rows_cleaned"]) == (5, 20)
+    assert cleanup["this_run_held_back"] == 0
     assert len(world.mailer.deliveries) == 5
     assert all(e.passed for e in checks(result).values())
     assert len(checks(result)) == CHECK_COUNT
@@ -80,20 +86,28 @@ def test_rematerialising_sends_nothing_twice_and_says_what_it_skipped(world_of):
     again = world.materialize()
 
     snapshot = metadata(again, "eligibility_snapshot")
-    assert snapshot["reused"] is True
+    assert (snapshot["eligible"], snapshot["this_run_froze"]) == (5, False)
     assert "reused the snapshot frozen by run" in snapshot["note"]
-    assert metadata(again, "digest_content")["skipped_existing"] == 5
+    # each asset still describes the week; what the re-run did is under this_run_*
+    content = metadata(again, "digest_content")
+    assert (content["content_customers"], content["this_run_skipped_existing"]) == (5, 5)
+    assert (content["this_run_customers"], content["this_run_rows"]) == (0, 0)
     assert metadata(again, "digest_work_items") == {
         "period": "2026-W42",
-        "created": 0,
-        "existing": 5,
+        "work_items": 5,
+        "this_run_created": 0,
+        "this_run_existing": 5,
     }
     deliveries = metadata(again, "digest_deliveries")
-    assert (deliveries["skipped_already_sent"], deliveries["claimed_this_run"]) == (5, 0)
-    assert deliveries["batches"] == 0
+    states = {s.value: deliveries[s.value] for s in DeliveryState}
+    assert states == {**dict.fromkeys(states, 0), "cleaned": 5}
+    assert (deliveries["eligible"], deliveries["delivered"]) == (5, 5)
+    assert deliveries["this_run_found_already_delivered"] == 5
+    assert (deliveries["this_run_claimed"], deliveries["this_run_batches"]) == (0, 0)
     assert mapped_steps(again) == []
     cleanup = metadata(again, "digest_cleanup")
-    assert (cleanup["cleaned"], cleanup["already_cleaned"]) == (0, 5)
+    assert (cleanup["cleaned"], cleanup["this_run_cleaned"]) == (5, 0)
+    assert cleanup["this_run_found_cleaned"] == 5
     assert world.mailer.sends == 5
     assert world.mailer.duplicate_deliveries == 0
 
@@ -105,7 +119,7 @@ def test_batch_size_one_gives_one_mapped_step_per_customer(world_of):
     assert mapped_steps(result) == [
         f"digest_deliveries.deliver_batch[batch_{i:04d}]" for i in range(4)
     ]
-    assert metadata(result, "digest_deliveries")["batches"] == 4
+    assert metadata(result, "digest_deliveries")["this_run_batches"] == 4
     assert len(world.mailer.deliveries) == 4
 
 
@@ -125,7 +139,7 @@ def test_a_week_with_nobody_eligible_runs_no_mapped_step_and_still_records_metad
     assert result.success
     assert mapped_steps(result) == []
     deliveries = metadata(result, "digest_deliveries")
-    assert (deliveries["eligible"], deliveries["sent"], deliveries["batches"]) == (0, 0, 0)
+    assert (deliveries["eligible"], deliveries["sent"], deliveries["this_run_batches"]) == (0, 0, 0)
     assert metadata(result, "digest_cleanup")["cleaned"] == 0
 
 
@@ -135,17 +149,17 @@ def test_a_failed_send_is_a_recorded_state_and_cleanup_keeps_its_rows(week_with_
     assert result.success
     deliveries = metadata(result, "digest_deliveries")
     assert (deliveries["sent"], deliveries["failed"], deliveries["retry_scheduled"]) == (3, 1, 1)
-    assert deliveries["retry_rate_permanent"] == deliveries["retry_rate_transient"] == 0.2
+    assert deliveries["permanent_attempts_fraction"] == 0.2
+    assert deliveries["transient_attempts_fraction"] == 0.2
     worst = deliveries["worst_items"].records
     assert [(r.data["key"], r.data["state"]) for r in worst] == [
         (str(key_of(2)), "failed"),
         (str(key_of(4)), "retry_scheduled"),
     ]
-    assert worst[0].data["last_failure_class"] == "permanent"
-    assert worst[0].data["last_detail"] == "smtp:550"
+    assert worst[0].data["last_failure"] == "permanent: smtp:550"
     cleanup = metadata(result, "digest_cleanup")
-    assert (cleanup["cleaned"], cleanup["held_back_failed"]) == (3, 1)
-    assert cleanup["held_back_retry_scheduled"] == 1
+    assert (cleanup["cleaned"], cleanup["this_run_held_back_failed"]) == (3, 1)
+    assert cleanup["this_run_held_back_retry_scheduled"] == 1
 
 
 def test_worst_items_lists_only_items_not_sent_worst_first(world_of):
@@ -162,13 +176,7 @@ def test_worst_items_lists_only_items_not_sent_worst_first(world_of):
         (str(key_of(5)), "retry_scheduled"),
     ]
     # the key names the customer; no address, no content
-    assert set(records[0].data) == {
-        "key",
-        "state",
-        "attempts",
-        "last_failure_class",
-        "last_detail",
-    }
+    assert set(records[0].data) == {"key", "state", "attempts", "last_failure"}
 
 
 def test_worst_items_holds_at_most_twenty_rows(world_of):
@@ -210,28 +218,31 @@ def test_every_materialisation_and_check_evaluation_names_the_iso_week(week_with
     ]
     evaluations = result.get_asset_check_evaluations()
     assert (len(materialised), len(evaluations)) == (len(ASSETS), CHECK_COUNT)
-    assert {m.partition for m in materialised} == {"2026-10-12"}
+    assert {m.partition for m in materialised} == {PARTITION}
     assert {m.metadata["period"].value for m in materialised} == {"2026-W42"}
     assert {e.metadata["period"].value for e in evaluations} == {"2026-W42"}
 
 
-def test_every_asset_and_check_description_says_partitions_are_keyed_by_monday():
+def test_every_asset_and_check_description_says_how_partitions_name_weeks():
     graph = project().resolve_asset_graph()
     descriptions = [graph.get(key).description for key in graph.get_all_asset_keys()]
     descriptions += [graph.get_check_spec(key).description for key in graph.asset_check_keys]
 
     assert len(descriptions) >= 12
     for description in descriptions:
-        assert "keyed by the ISO week's Monday" in " ".join((description or "").split())
+        assert "partition 2026-W42-1 is period 2026-W42" in " ".join((description or "").split())
 
 
-def test_cleanup_numbers_are_on_digest_cleanup_only(week_with_failures):
+def test_cleanup_work_is_on_digest_cleanup_and_the_week_on_both(week_with_failures):
     result = week_with_failures.result
 
     deliveries, cleanup = metadata(result, "digest_deliveries"), metadata(result, "digest_cleanup")
     assert [k for k in CLEANUP_ONLY if k in deliveries] == []
     assert all(k in cleanup for k in CLEANUP_ONLY)
-    assert cleanup["cleaned"] == 3
+    assert cleanup["cleaned"] == cleanup["this_run_cleaned"] == 3
+    # the deliveries' figures are the week's before this run's cleanup: sent, not yet cleaned
+    assert (deliveries["sent"], deliveries["cleaned"], deliveries["delivered"]) == (3, 0, 3)
+    assert cleanup["delivered"] == deliveries["delivered"]
 
 
 def test_cleanup_lag_is_the_time_from_sent_to_cleaned(world_of):
@@ -281,13 +292,13 @@ def test_rates_read_as_percentages_of_their_base(week_with_failures):
     result = week_with_failures.result
 
     deliveries = metadata(result, "digest_deliveries")
-    assert {fc.value: deliveries[f"retry_rate_{fc.value}_pct"] for fc in FailureClass} == {
+    assert {fc.value: deliveries[f"{fc.value}_attempts_pct"] for fc in FailureClass} == {
         "transient": "20.0 % of 5 finished attempts",
         "throttled": "0.0 % of 5 finished attempts",
         "permanent": "20.0 % of 5 finished attempts",
         "unknown": "0.0 % of 5 finished attempts",
     }
-    assert deliveries["retry_rate_transient"] == 0.2
+    assert deliveries["transient_attempts_fraction"] == 0.2
 
 
 def test_a_retry_due_later_is_sent_by_the_next_materialisation(world_of):
@@ -298,7 +309,8 @@ def test_a_retry_due_later_is_sent_by_the_next_materialisation(world_of):
     again = world.materialize(selection=DELIVERY_AND_CLEANUP)
 
     deliveries = metadata(again, "digest_deliveries")
-    assert (deliveries["claimed_this_run"], deliveries["sent"]) == (1, 1)
-    assert deliveries["skipped_already_sent"] == 2
+    assert (deliveries["this_run_claimed"], deliveries["sent"]) == (1, 1)
+    assert deliveries["this_run_found_already_delivered"] == 2
     assert world.mailer.deliveries_for(key_of(1)) == 1
-    assert metadata(again, "digest_cleanup")["cleaned"] == 1
+    cleanup = metadata(again, "digest_cleanup")
+    assert (cleanup["this_run_cleaned"], cleanup["cleaned"]) == (1, 3)

@@ -40,7 +40,7 @@ def assert_failed(
 ) -> None:
     evaluation = checks(result)[name]
     assert not evaluation.passed
-    assert evaluation.partition == "2026-10-12"
+    assert evaluation.partition == "2026-W42-1"
     assert evaluation.metadata["period"].value == "2026-W42"
     assert (evaluation.description or "").startswith("2026-W42: ")
     assert says in (evaluation.description or "")
@@ -58,7 +58,7 @@ def assert_cleanup_was_blocked(result: dg.ExecuteInProcessResult, world: World) 
 def test_each_check_passes_on_a_clean_week(clean_week, name):
     evaluation = checks(clean_week.result)[name]
     assert evaluation.passed, evaluation.description
-    assert evaluation.partition == "2026-10-12"
+    assert evaluation.partition == "2026-W42-1"
     assert evaluation.metadata["period"].value == "2026-W42"
     assert evaluation.metadata["violations"].value == 0
 
@@ -304,7 +304,10 @@ def test_dead_letter_volume_warns_above_its_threshold(world_of, threshold, passe
     assert (evaluation.passed, evaluation.severity.value) == (passed, "WARN")
     assert evaluation.metadata["dead_letter_rate"].value == 0.2
     assert evaluation.metadata["eligible"].value == 5
-    assert evaluation.metadata["sample"].value == [str(key_of(2))]
+    # violations and their sample count only above the threshold; the week's count is beside
+    assert evaluation.metadata["dead_lettered_or_failed"].value == 1
+    assert evaluation.metadata["violations"].value == (0 if passed else 1)
+    assert evaluation.metadata["sample"].value == ([] if passed else [str(key_of(2))])
     verdict = "within the 25.0 % threshold" if passed else "above the 5.0 % threshold"
     assert evaluation.metadata["dead_letter_rate_pct"].value == f"20.0 % of 5 eligible, {verdict}"
     assert f"20.0 % of 5 eligible ({verdict})" in (evaluation.description or "")

@@ -125,13 +125,10 @@ def test_every_resource_key_is_bound(project):
     }
 
 
-def test_the_sweeper_targets_delivery_and_cleanup_every_five_minutes_and_starts_stopped(project):
+def test_the_sweeper_runs_the_weekly_job_every_five_minutes_and_starts_stopped(project):
+    # its requests select delivery and cleanup of the job (test_schedule_and_sensor.py)
     sensor = project.resolve_sensor_def("digest_retry_sweeper")
 
     assert sensor.minimum_interval_seconds == 300
     assert sensor.default_status == dg.DefaultSensorStatus.STOPPED
-    job = project.resolve_job_def(sensor.job_name)
-    assert {k.to_user_string() for k in job.asset_layer.executable_asset_keys} == {
-        "digest_deliveries",
-        "digest_cleanup",
-    }
+    assert sensor.job_name == "weekly_digest_job"

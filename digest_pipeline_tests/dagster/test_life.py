@@ -356,8 +356,8 @@ def live_week(
     scheduled = life.schedule_tick()
     assert scheduled.partition_key == period.partition_key
     assert scheduled.run_key == period.partition_key
-    assert scheduled.metadata("eligibility_snapshot")["reused"] is False
-    assert scheduled.metadata("digest_work_items")["created"] == len(eligible)
+    assert scheduled.metadata("eligibility_snapshot")["this_run_froze"] is True
+    assert scheduled.metadata("digest_work_items")["this_run_created"] == len(eligible)
 
     frozen = {e.customer_id: e.recipient for e in life.ledger.snapshot_entries(period)}
     assert frozen == eligible
@@ -435,12 +435,12 @@ def rematerialise(life: Life, period: Period) -> Launch:
     assert (life.mailer.deliveries, life.mailer.sends) == (deliveries, sends)
     assert life.ledger.items(period) == items
     assert life.ledger.attempt_outcome_counts(period) == attempts
-    assert launch.metadata("eligibility_snapshot")["reused"] is True
-    assert launch.metadata("digest_content")["rows"] == 0
-    assert launch.metadata("digest_work_items")["created"] == 0
+    assert launch.metadata("eligibility_snapshot")["this_run_froze"] is False
+    assert launch.metadata("digest_content")["this_run_rows"] == 0
+    assert launch.metadata("digest_work_items")["this_run_created"] == 0
     deliveries_md = launch.metadata("digest_deliveries")
-    assert (deliveries_md["claimed_this_run"], deliveries_md["sent_this_run"]) == (0, 0)
-    assert launch.metadata("digest_cleanup")["cleaned"] == 0
+    assert (deliveries_md["this_run_claimed"], deliveries_md["this_run_sent"]) == (0, 0)
+    assert launch.metadata("digest_cleanup")["this_run_cleaned"] == 0
     return launch
 
 

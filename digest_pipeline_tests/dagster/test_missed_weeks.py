@@ -1,26 +1,11 @@
-"""A week that must not look green: a missed week in a UI run, and a delivery that attempted nothing."""
+"""A week that must not look green: a delivery that attempted nothing (test_refused_weeks.py has\nthe missed week)."""
 
-from datetime import datetime, timedelta
+from datetime import datetime
 
-from digest_pipeline.domain.policy import DeliveryPolicy
 from digest_pipeline.domain.states import DeliveryState
 from digest_pipeline_tests.conftest import W42
 from digest_pipeline_tests.dagster.harness import checks
 from digest_pipeline_tests.fakes import FakeLedger
-
-
-def test_a_full_run_of_a_missed_week_fails_at_the_snapshot_and_freezes_nothing(world_of):
-    world = world_of(3)
-    world.clock.set(DeliveryPolicy().closes_at(W42) + timedelta(minutes=1))
-
-    result = world.materialize(raise_on_error=False)
-
-    assert not result.success
-    [failure] = [e for e in result.all_events if e.is_step_failure]
-    assert failure.step_key == "eligibility_snapshot"
-    assert "--deliver-late --reason TEXT" in failure.step_failure_data.error.message
-    assert world.ledger.snapshot(W42) is None
-    assert world.mailer.sends == 0
 
 
 class BatchesNeverRun(FakeLedger):

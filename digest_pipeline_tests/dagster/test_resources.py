@@ -96,7 +96,7 @@ def test_the_weekly_job_runs_a_week_on_the_embedded_defaults(tmp_path, monkeypat
     assert deliveries["eligible"] == eligible
     assert sent + deliveries["failed"] == eligible
     assert len(outbox_files(tmp_path / ".digest" / "outbox")) == sent > 0
-    assert again["claimed_this_run"] == 0
+    assert again["this_run_claimed"] == 0
     assert len(outbox_files(tmp_path / ".digest" / "outbox")) == sent
     ledger_engine = create_ledger_engine(default_database_url(tmp_path))
     try:

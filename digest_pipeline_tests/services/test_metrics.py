@@ -106,12 +106,12 @@ def test_delivered_fraction_is_absent_when_nobody_is_eligible(clock):
     assert (metrics.delivered, metrics.delivered_fraction) == (0, None)
 
 
-def test_retry_rate_is_failed_attempts_of_a_class_over_finished_attempts(clock):
+def test_failure_share_is_failed_attempts_of_a_class_over_finished_attempts(clock):
     ledger = four_customers(clock)
 
     metrics = period_metrics(ledger, W42, clock.now())
 
-    assert metrics.retry_rate == {
+    assert metrics.failure_share == {
         "transient": pytest.approx(1 / 5),
         "throttled": 0.0,
         "permanent": pytest.approx(1 / 5),
@@ -119,12 +119,12 @@ def test_retry_rate_is_failed_attempts_of_a_class_over_finished_attempts(clock):
     }
 
 
-def test_retry_rates_are_zero_before_any_attempt(clock):
+def test_failure_shares_are_zero_before_any_attempt(clock):
     ledger = frozen_ledger(2)
 
     metrics = period_metrics(ledger, W42, clock.now())
 
-    assert set(metrics.retry_rate.values()) == {0.0}
+    assert set(metrics.failure_share.values()) == {0.0}
     assert metrics.attempts == 0
 
 
@@ -252,7 +252,9 @@ def test_dead_letters_are_counted_by_reason(clock):
     metrics = period_metrics(ledger, W42, clock.now())
 
     assert metrics.dead_letters == {"permanent": 1, "max_attempts": 2}
-    assert metrics.as_flat_dict()["dead_lettered_rows"] == 3
+    flat = metrics.as_flat_dict()
+    # a permanent failure is recorded as a dead letter but its item's state is `failed`
+    assert (flat["dead_letters_recorded"], flat["dead_lettered"], flat["failed"]) == (3, 2, 1)
 
 
 def test_flat_metrics_name_every_state_even_when_empty(clock):
@@ -272,7 +274,9 @@ def test_flat_metrics_name_every_state_even_when_empty(clock):
         "suppressed": 0,
     }
     assert flat["period"] == "2026-W42"
-    assert flat["retry_rate_transient"] == pytest.approx(0.2)
+    assert flat["transient_attempts_fraction"] == pytest.approx(0.2)
+    assert flat["transient_attempts_pct"] == "20.0 % of 5 finished attempts"
+    assert sum(int(flat[s.value] or 0) for s in DeliveryState) == flat["work_items"] == 4
 
 
 def test_metrics_of_a_period_without_snapshot_are_empty(clock):

@@ -27,8 +27,12 @@ def test_monday_form_parses_to_the_week_it_starts():
     assert Period.parse("2026-10-12") == Period(2026, 42)
 
 
-def test_iso_week_form_and_monday_form_are_the_same_period():
-    assert Period.parse("2026-W42") == Period.parse("2026-10-12")
+def test_partition_key_form_parses_to_that_week():
+    assert Period.parse("2026-W42-1") == Period(2026, 42)
+
+
+def test_iso_week_partition_key_and_monday_forms_are_the_same_period():
+    assert Period.parse("2026-W42") == Period.parse("2026-W42-1") == Period.parse("2026-10-12")
 
 
 def test_surrounding_whitespace_is_ignored():
@@ -39,8 +43,9 @@ def test_str_is_the_canonical_iso_week_form():
     assert str(Period.parse("2026-10-12")) == "2026-W42"
 
 
-def test_partition_key_is_the_weeks_monday():
-    assert Period.parse("2026-W42").partition_key == "2026-10-12"
+def test_partition_key_is_the_iso_week_date_of_the_weeks_monday():
+    assert Period.parse("2026-W42").partition_key == "2026-W42-1"
+    assert date.fromisocalendar(2026, 42, 1) == date(2026, 10, 12)
 
 
 @pytest.mark.parametrize(
@@ -58,16 +63,19 @@ def test_str_round_trips_through_parse(text):
 
 
 @pytest.mark.parametrize(
-    "monday",
+    ("monday", "key"),
     [
-        "2026-10-12",  # an ordinary week
-        "2025-12-29",  # a Monday in December that starts week 1 of the next ISO year
-        "2026-12-28",  # the Monday of 2026-W53
-        "2027-01-04",  # the Monday of 2027-W01
+        ("2026-10-12", "2026-W42-1"),  # an ordinary week
+        ("2025-12-29", "2026-W01-1"),  # a Monday in December that starts week 1 of the next year
+        ("2026-12-28", "2026-W53-1"),  # the Monday of 2026-W53
+        ("2027-01-04", "2027-W01-1"),  # the Monday of 2027-W01
+        ("2021-01-04", "2021-W01-1"),  # a Monday in January after a week 53 (2020-W53)
     ],
 )
-def test_partition_key_round_trips_through_parse(monday):
-    assert Period.parse(monday).partition_key == monday
+def test_partition_key_round_trips_through_parse_and_names_the_mondays_week(monday, key):
+    assert Period.parse(monday).partition_key == key
+    assert Period.parse(key).partition_key == key
+    assert Period.parse(key).monday == date.fromisoformat(monday)
 
 
 # --- week 53 and the year boundary ----------------------------------------------------------
@@ -92,6 +100,22 @@ def test_new_years_day_2027_falls_in_2026_week_53():
 
 def test_monday_2026_12_28_parses_to_2026_week_53():
     assert Period.parse("2026-12-28") == Period(2026, 53)
+
+
+def test_week_53_partition_key_is_2026_12_28_and_follows_week_52():
+    assert Period.parse("2026-W53-1").starts_at == datetime(2026, 12, 28, tzinfo=UTC)
+    assert Period(2026, 52).ends_at == Period.parse("2026-W53-1").starts_at
+
+
+def test_the_partition_key_after_week_53_is_next_years_week_1():
+    # 2027-01-03, a Sunday, still belongs to 2026-W53; the next Monday starts 2027-W01
+    assert Period.of(date(2027, 1, 3)).partition_key == "2026-W53-1"
+    assert Period.of(date(2027, 1, 4)).partition_key == "2027-W01-1"
+
+
+def test_2025_has_no_week_53_partition_key():
+    with pytest.raises(InvalidPeriod):
+        Period.parse("2025-W53-1")
 
 
 def test_week_53_ends_where_next_years_week_1_starts():
@@ -147,7 +171,11 @@ REJECTED_PERIODS = [
     "26-W42",  # the year has four digits
     "2026-W4",  # the week has two digits
     "2026W42",  # ISO basic format is not accepted
-    "2026-W42-1",  # an ISO week date names a day, not a week
+    "2026-W42-3",  # an ISO week date of a Wednesday, not the Monday that starts the week
+    "2026-W42-7",  # the Sunday that ends the week
+    "2026-W42-0",  # ISO weekdays run from 1 to 7
+    "2026-W42-01",  # the weekday has one digit
+    "2026-W54-1",  # the week does not exist
     "20261012",  # basic calendar date
     "2026-10-12T00:00:00+00:00",  # a timestamp, not a period
     "2026-W42\nx",  # trailing content after a newline
@@ -170,6 +198,11 @@ def test_period_rejection_message_is_one_line(text):
 def test_tuesday_rejection_message_mentions_monday():
     with pytest.raises(InvalidPeriod, match="Monday"):
         Period.parse("2026-10-13")
+
+
+def test_week_date_of_another_day_is_refused_naming_the_mondays_key():
+    with pytest.raises(InvalidPeriod, match=r"day 3 of 2026-W42, not the Monday \(2026-W42-1\)"):
+        Period.parse("2026-W42-3")
 
 
 @pytest.mark.parametrize(
@@ -228,6 +261,7 @@ REJECTED_KEYS = [
     "",  # empty
     "digest:2026-W42:customer-1842:1",  # extra colon (an attempt number never belongs in a key)
     "digest:2026-10-12:customer-1842",  # Monday form: keys carry the canonical ISO week
+    "digest:2026-W42-1:customer-1842",  # partition key form: keys carry the canonical ISO week
     "digest:2026-W54:customer-1842",  # nonexistent week
     "digest::customer-1842",  # empty period
     "digest:2026-W42:",  # empty customer id

@@ -266,6 +266,8 @@ def provider_settings(
         "DIGEST_PROVIDER_URL": provider.url,
         "DIGEST_PROVIDER_API_KEY": provider.api_key,
         "DIGEST_DELIVERY_WINDOW_SECONDS": str(int(window.total_seconds())),
+        # the seeded weeks are partitions whatever the ledger held when the definitions loaded
+        "DIGEST_FIRST_WEEK": str(SEEDED_WEEK),
         **throwaway_allowance(),
         **extra,
     }

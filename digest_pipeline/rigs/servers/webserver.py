@@ -34,7 +34,7 @@ from digest_pipeline.adapters.demo_data import seed_demo
 from digest_pipeline.rigs.bootstrap import PROJECT_ROOT, open_rig_ledger
 from digest_pipeline.rigs.seeding import T0, W42
 
-PARTITION = W42.partition_key  # "2026-10-12"
+PARTITION = W42.partition_key  # "2026-W42-1"
 JOB = "weekly_digest_job"
 ASSETS = (
     "eligibility_snapshot",
@@ -73,6 +73,9 @@ def seed_week(folder: Path) -> dict[str, str]:
         "DIGEST_OUTBOX_DIR": str(folder / "outbox"),
         "DIGEST_MAILER": "outbox",
         "DIGEST_DELIVERY_WINDOW_SECONDS": str(int(window.total_seconds())),
+        # The seeded ledger holds no week yet, so the partitions would start at the latest
+        # complete week, after W42: start them at W42, the install's first week.
+        "DIGEST_FIRST_WEEK": str(W42),
     }
 
 
@@ -383,3 +386,100 @@ def location_snapshot_id(server: Webserver, job: str = JOB) -> str:
     assert found["__typename"] == "Pipeline", found
     snapshot_id: str = found["pipelineSnapshotId"]
     return snapshot_id
+
+
+SET_NUX_SEEN = "mutation SetNuxSeen { setNuxSeen }"
+
+
+def dismiss_community_nux(server: Webserver) -> None:
+    """Marks the UI's "Join the Dagster community" dialog seen, as its Skip button does.
+
+    The UI opens it over every page it serves on a loopback origin until the instance records it
+    seen (`$DAGSTER_HOME/.nux`), so a browser's screenshots would show the dialog, not the page.
+    """
+    assert server.graphql(SET_NUX_SEEN)["setNuxSeen"] is True
+
+
+def asset_checks(server: Webserver, job: str = JOB) -> dict[str, list[str]]:
+    """Each asset of the job (by its key's last part) with the names of its checks."""
+    nodes = server.graphql(ASSET_NODES, {"pipeline": job_selector(job)})["assetNodes"]
+    return {
+        n["assetKey"]["path"][-1]: [c["name"] for c in n["assetChecksOrError"]["checks"]]
+        for n in nodes
+    }
+
+
+#: the UI's AssetCheckPartitionDetailQuery: one check's executions for one partition
+CHECK_EXECUTIONS = """
+query CheckExecutions($assetKey: AssetKeyInput!, $checkName: String!, $partition: String!) {
+  assetCheckExecutions(
+    assetKey: $assetKey, checkName: $checkName, partition: $partition, limit: 1000
+  ) {
+    runId
+    status
+    partition
+    evaluation { success severity }
+  }
+}
+"""
+
+
+def check_executions(
+    server: Webserver, asset: str, check: str, partition: str
+) -> list[dict[str, Any]]:
+    """The check's executions for the partition, newest first (`status`: SUCCEEDED, FAILED, …)."""
+    found: list[dict[str, Any]] = server.graphql(
+        CHECK_EXECUTIONS,
+        {"assetKey": {"path": [asset]}, "checkName": check, "partition": partition},
+    )["assetCheckExecutions"]
+    return found
+
+
+OBSERVATIONS = """
+query Observations($assetKey: AssetKeyInput!, $partitions: [String!]) {
+  assetOrError(assetKey: $assetKey) {
+    __typename
+    ... on Asset {
+      assetObservations(partitions: $partitions) {
+        runId
+        partition
+        metadataEntries { label ... on TextMetadataEntry { text } }
+      }
+    }
+  }
+}
+"""
+
+
+def asset_observations(server: Webserver, asset: str, partition: str) -> list[dict[str, Any]]:
+    """The asset's observations of the partition, newest first: run id and text metadata."""
+    found = server.graphql(OBSERVATIONS, {"assetKey": {"path": [asset]}, "partitions": [partition]})
+    return [
+        {
+            "runId": o["runId"],
+            "partition": o["partition"],
+            "metadata": {e["label"]: e.get("text") for e in o["metadataEntries"]},
+        }
+        for o in found["assetOrError"]["assetObservations"]
+    ]
+
+
+def digest_status(env: Mapping[str, str], period: str, timeout: float = 120) -> dict[str, Any]:
+    """Runs the real `digest status --period P --json` from the project folder; returns its JSON.
+
+    Exit 1 (an invariant fails) still prints the JSON; AssertionError, with its output, on any
+    other exit code.
+    """
+    done = subprocess.run(
+        [str(DIGEST), "status", "--period", period, "--json"],
+        cwd=PROJECT_ROOT,
+        env=dict(env),
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    assert done.returncode in (0, 1), done.stdout + done.stderr
+    status: dict[str, Any] = json.loads(done.stdout)
+    return status
