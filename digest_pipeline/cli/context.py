@@ -195,7 +195,7 @@ def parse_period(ctx: Context, text: str) -> Period:
     if period > latest:
         raise UsageError(f"period {period} has not ended yet; the latest complete one is {latest}")
     if period < FIRST_PERIOD:
-        raise UsageError(f"period {period} is before the first partition ({FIRST_PERIOD})")
+        raise UsageError(f"period {period} is before {FIRST_PERIOD}, the first week any run has")
     return period
 
 

@@ -3,7 +3,7 @@
 Every check reads what the ledger recorded for the week (`Ledger.check_invariants`), never an
 in-memory value, so a re-run judges what actually happened. Blocking checks stop `digest_cleanup`
 in the same run; across runs the ledger's own cleanup gate protects the rows. Metadata holds the
-`period` (the ISO week: the partition key is its Monday), the violation count and a sample of
+`period` (the ISO week: the partition key is its Monday's ISO week date), the violation count and a sample of
 operation keys (keys only, never addresses).
 """
 

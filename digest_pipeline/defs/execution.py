@@ -1,10 +1,10 @@
 """How every run of this code location executes: the one place the executor is chosen.
 
 `executor=` on the code location's `Definitions` is the default of every job that names none:
-`weekly_digest_job` (the schedule, the launchpad, `digest run`), the implicit asset job behind
-the asset graph's "Materialize" button, and the sweep sensor's asset-selection runs, so all of
-them run on the executor `DIGEST_EXECUTOR` names when the definitions load (the one setting
-read at load time: Dagster fixes a job's executor then):
+`weekly_digest_job` (the schedule, the sweep sensor, the launchpad, `digest run`) and the
+implicit asset job behind the asset graph's "Materialize" button, so all of them run on the
+executor `DIGEST_EXECUTOR` names when the definitions load (read at load time, as
+`DIGEST_FIRST_WEEK` is: Dagster fixes a job's executor then):
 
 - `in_process` (default): the job has about a dozen steps of seconds each, and a process per
   step costs more than the steps themselves (README, "Launching from the UI"). Run config can

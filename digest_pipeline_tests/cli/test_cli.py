@@ -32,7 +32,7 @@ def test_every_command_has_help(env, command, capsys):
         (["status", "--period", "2026-10-13"], "not the Monday"),
         (["status", "--period", "garbage"], "neither an ISO week"),
         (["status", "--period", "2999-W01"], "has not ended yet"),
-        (["status", "--period", "2024-W10"], "before the first partition"),
+        (["status", "--period", "2024-W10"], "the first week any run has"),
         (["run", "--period", "2026-W54"], "is not an ISO week"),
         (["seed", "--customers", "0"], "--customers must be between 1"),
     ],
