@@ -73,5 +73,6 @@ class DeliveryPolicy:
         return (
             f"period {period}: {lapsed} closed at {closes:%Y-%m-%d %H:%M} UTC before any digest "
             f"was attempted; nothing was recorded (to send it late: digest run --period {period} "
-            "--deliver-late --reason TEXT)"
+            "--deliver-late --reason TEXT, or a run tagged digest/deliver_late=REASON and "
+            "digest/operator=NAME)"
         )

@@ -79,7 +79,8 @@ def test_a_tick_for_a_week_whose_window_closed_skips_with_the_refusal(schedule, 
     assert data.skip_message == (
         "period 2026-W42: its delivery window closed at 2026-10-19 01:00 UTC before any digest "
         "was attempted; nothing was recorded (to send it late: digest run --period 2026-W42 "
-        "--deliver-late --reason TEXT)"
+        "--deliver-late --reason TEXT, or a run tagged digest/deliver_late=REASON and "
+        "digest/operator=NAME)"
     )
 
 
