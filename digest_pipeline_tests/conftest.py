@@ -130,6 +130,18 @@ def drop_digest_env(monkeypatch: pytest.MonkeyPatch) -> None:
             monkeypatch.delenv(name)
 
 
+def hermetic_environ() -> dict[str, str]:
+    """This process's environment as `drop_digest_env` leaves it, for a process a test starts.
+
+    For a module-scoped fixture, which is set up before the autouse fixture below runs.
+    """
+    return {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("DIGEST_") or k.startswith("DIGEST_TEST_") or k in KEPT_SETTINGS
+    }
+
+
 @pytest.fixture(autouse=True)
 def _hermetic_env(monkeypatch: pytest.MonkeyPatch) -> None:
     drop_digest_env(monkeypatch)

@@ -7,6 +7,10 @@
 #                 (digest_pipeline/rigs/servers/smtp_sink.py); the postfix service is never
 #                 configured nor started
 #   spamassassin  for `spamassassin -L -t`, which scores a rendered digest with local rules only
+#   chromium      run headless by the browser tests of the Dagster UI
+#                 (digest_pipeline/rigs/servers/browser.py): Debian's build, since no test may
+#                 download a browser of its own
+#   chromium-driver  its chromedriver, through which Selenium drives it
 #
 # Installs only what is missing, and only as root (as CI runs): without root it says in one
 # line what is missing and exits 0, so the tests that need a tool skip locally (and fail under
@@ -27,7 +31,7 @@ die() {
 
 case "${1:-}" in
     -h | --help)
-        sed -n '2,15s/^# \{0,1\}//p' "$SELF" >&2
+        sed -n '2,19s/^# \{0,1\}//p' "$SELF" >&2
         exit 0
         ;;
     "") ;;
@@ -40,10 +44,14 @@ esac
 # package → the file that shows it is installed (smtp-sink is in /usr/sbin, off a user's PATH)
 has_smtp_sink() { [[ -x /usr/sbin/smtp-sink ]] || command -v smtp-sink >/dev/null; }
 has_spamassassin() { command -v spamassassin >/dev/null || [[ -x /usr/bin/spamassassin ]]; }
+has_chromium() { command -v chromium >/dev/null || [[ -x /usr/bin/chromium ]]; }
+has_chromedriver() { command -v chromedriver >/dev/null || [[ -x /usr/bin/chromedriver ]]; }
 
 missing=()
 has_smtp_sink || missing+=(postfix)
 has_spamassassin || missing+=(spamassassin)
+has_chromium || missing+=(chromium)
+has_chromedriver || missing+=(chromium-driver)
 if [[ ${#missing[@]} -eq 0 ]]; then
     exit 0
 fi
@@ -80,4 +88,6 @@ fi
 
 has_smtp_sink || die "smtp-sink still not found after installing postfix"
 has_spamassassin || die "spamassassin still not found after installing spamassassin"
+has_chromium || die "chromium still not found after installing chromium"
+has_chromedriver || die "chromedriver still not found after installing chromium-driver"
 log "installed ${missing[*]}"

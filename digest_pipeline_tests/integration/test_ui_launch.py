@@ -11,7 +11,6 @@ On a PostgreSQL ledger, a UI launch's delivery steps fork their helper processes
 (`DIGEST_DELIVERY_PROCESSES`) beside the run worker's own threads, in process and multiprocess.
 """
 
-import os
 import subprocess
 import sys
 from collections import Counter
@@ -49,7 +48,7 @@ from digest_pipeline.rigs.servers.webserver import (
     seed_week,
     wait_for_run,
 )
-from digest_pipeline_tests.conftest import W42, require_postgres_url, throwaway_allowance
+from digest_pipeline_tests.conftest import W42, hermetic_environ, require_postgres_url
 
 # digest run (~10 s) and `dagster dev` start-up (~15 s) are set up once for the module
 pytestmark = pytest.mark.timeout(600)
@@ -69,19 +68,6 @@ SNAPSHOT_ID = (
     "from digest_pipeline.definitions import defs; "
     f"print(defs().resolve_job_def({JOB!r}).get_job_snapshot_id())"
 )
-
-
-def hermetic_environ() -> dict[str, str]:
-    """This process's environment without the caller's `DIGEST_*` settings (as conftest does).
-
-    The test cluster's declaration that it is a throwaway (fsync off) stays, as conftest keeps it.
-    """
-    kept = throwaway_allowance()
-    return {
-        k: v
-        for k, v in os.environ.items()
-        if not (k.startswith("DIGEST_") and not k.startswith("DIGEST_TEST_")) or k in kept
-    }
 
 
 def attempt_count(url: str) -> int:

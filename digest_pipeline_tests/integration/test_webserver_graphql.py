@@ -21,6 +21,7 @@ from digest_pipeline.rigs.servers.webserver import (
     ASSETS,
     PARTITION,
     Webserver,
+    check_executions,
     running_webserver,
     seed_week,
 )
@@ -93,20 +94,6 @@ query AssetNode($assetKey: AssetKeyInput!) {
         }
       }
     }
-  }
-}
-"""
-
-#: the UI's AssetCheckPartitionDetailQuery, trimmed to what the test asserts
-CHECK_EXECUTIONS = """
-query CheckExecutions($assetKey: AssetKeyInput!, $checkName: String!, $partitionKey: String!) {
-  assetCheckExecutions(
-    assetKey: $assetKey, checkName: $checkName, partition: $partitionKey, limit: 1000
-  ) {
-    runId
-    status
-    partition
-    evaluation { success severity partition description }
   }
 }
 """
@@ -194,10 +181,7 @@ def test_the_ui_shows_the_weeks_materialization_metadata_and_check_results(
         assert latest == {"runId": result.run_id, "status": "SUCCEEDED", "partition": PARTITION}
         ranges = check["partitionStatuses"]["ranges"]
         assert {"startKey": PARTITION, "endKey": PARTITION, "status": "SUCCEEDED"} in ranges
-        [execution] = server.graphql(
-            CHECK_EXECUTIONS,
-            {"assetKey": DELIVERIES, "checkName": name, "partitionKey": PARTITION},
-        )["assetCheckExecutions"]
+        [execution] = check_executions(server, "digest_deliveries", name, PARTITION)
         assert execution["runId"] == result.run_id
         assert (execution["status"], execution["partition"]) == ("SUCCEEDED", PARTITION)
         evaluation = execution["evaluation"]

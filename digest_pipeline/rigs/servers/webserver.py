@@ -79,13 +79,12 @@ def seed_week(folder: Path) -> dict[str, str]:
     }
 
 
-def digest_run(env: Mapping[str, str], period: str, timeout: float = 300) -> str:
-    """Runs the real `digest run --period P` console script from the project folder.
-
-    Returns the run id it printed; AssertionError, with its output, unless it exits 0.
-    """
-    done = subprocess.run(
-        [str(DIGEST), "run", "--period", period],
+def _digest(
+    env: Mapping[str, str], timeout: float, *argv: str
+) -> "subprocess.CompletedProcess[str]":
+    """The real `digest` console script, run from the project folder with `env` only."""
+    return subprocess.run(
+        [str(DIGEST), *argv],
         cwd=PROJECT_ROOT,
         env=dict(env),
         stdin=subprocess.DEVNULL,
@@ -94,6 +93,14 @@ def digest_run(env: Mapping[str, str], period: str, timeout: float = 300) -> str
         timeout=timeout,
         check=False,
     )
+
+
+def digest_run(env: Mapping[str, str], period: str, timeout: float = 300) -> str:
+    """Runs the real `digest run --period P` console script from the project folder.
+
+    Returns the run id it printed; AssertionError, with its output, unless it exits 0.
+    """
+    done = _digest(env, timeout, "run", "--period", period)
     assert done.returncode == 0, done.stdout + done.stderr
     first = done.stdout.splitlines()[0]  # "period 2026-W42: run <run id> succeeded"
     assert first.endswith(" succeeded"), done.stdout
@@ -418,7 +425,7 @@ query CheckExecutions($assetKey: AssetKeyInput!, $checkName: String!, $partition
     runId
     status
     partition
-    evaluation { success severity }
+    evaluation { success severity partition description }
   }
 }
 """
@@ -470,16 +477,7 @@ def digest_status(env: Mapping[str, str], period: str, timeout: float = 120) -> 
     Exit 1 (an invariant fails) still prints the JSON; AssertionError, with its output, on any
     other exit code.
     """
-    done = subprocess.run(
-        [str(DIGEST), "status", "--period", period, "--json"],
-        cwd=PROJECT_ROOT,
-        env=dict(env),
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
+    done = _digest(env, timeout, "status", "--period", period, "--json")
     assert done.returncode in (0, 1), done.stdout + done.stderr
     status: dict[str, Any] = json.loads(done.stdout)
     return status
