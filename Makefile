@@ -29,7 +29,7 @@ ifdef CI
 export CI
 endif
 
-.PHONY: help install lint validate test test-fast chaos bench demo ui clean
+.PHONY: help install lint docs validate test test-fast chaos bench demo ui clean
 
 help: ## List the targets
 	@echo "Targets:"
@@ -51,10 +51,13 @@ lint: install ## ruff check, ruff format --check, import contracts, mypy
 	$(BIN)/lint-imports
 	$(BIN)/mypy
 
+docs: install ## Build the documentation site (mkdocs, strict: a broken link fails) into site/
+	$(BIN)/mkdocs build --strict
+
 validate: install ## Load the Dagster definitions as `dagster dev` would (workspace.yaml)
 	env -u DAGSTER_HOME $(BIN)/dagster definitions validate -w workspace.yaml
 
-test: install lint validate ## Lint, validate, then every test tier against a throwaway PostgreSQL and Redis
+test: install lint docs validate ## Lint, build the docs, validate, then every test tier against a throwaway PostgreSQL and Redis
 	scripts/debian-test-tools.sh
 	$(BIN)/pytest -m "not integration" -n $(PYTEST_WORKERS) --dist loadscope $(PYTEST_ARGS) $(ALLOW_EMPTY)
 	scripts/pg-test-cluster.sh -- scripts/redis-test-server.sh -- $(BIN)/pytest -m integration $(PYTEST_ARGS) $(ALLOW_EMPTY)
@@ -65,7 +68,7 @@ test-fast: install ## Tests that need no services (pytest -m "not integration"),
 chaos: install ## SIGKILL delivery workers on a throwaway PostgreSQL; check once-only delivery (long run)
 	scripts/pg-test-cluster.sh -- scripts/redis-test-server.sh -- $(BIN)/python -m benchmarks.chaos --customers 5000 --workers 4 --rounds 10
 
-bench: install ## Scale benchmarks (issue 7) on a throwaway PostgreSQL; tables + .digest/bench/*.json
+bench: install ## Scale benchmarks on a throwaway PostgreSQL; tables + .digest/bench/*.json
 	scripts/pg-test-cluster.sh -- scripts/redis-test-server.sh -- $(BIN)/python -m benchmarks $(BENCH_ARGS)
 
 demo: install ## Seed demo data and run the latest complete week end to end (SQLite + outbox)
@@ -80,5 +83,5 @@ ui: install ## The Dagster web UI and daemon on 127.0.0.1 with the demo's instan
 	DAGSTER_HOME=$(DAGSTER_HOME) $(BIN)/dagster dev -h 127.0.0.1 -p $(UI_PORT) -w workspace.yaml
 
 clean: ## Remove the venv, caches and .digest
-	rm -rf -- "$(VENV)" .digest .pytest_cache .mypy_cache .ruff_cache .hypothesis build dist *.egg-info
+	rm -rf -- "$(VENV)" .digest site .pytest_cache .mypy_cache .ruff_cache .hypothesis build dist *.egg-info
 	find . -path ./.git -prune -o -type d -name __pycache__ -prune -exec rm -rf {} +
