@@ -26,9 +26,8 @@ launcher would; the run's event log, the provider and the ledger give the figure
 DIGEST_BATCH_SIZE=250 and DIGEST_CONCURRENCY=4: 250 sends four at a time at 50 ms is ~3 s of
 sending per batch, long against a Celery step's fixed cost (a fresh step process that loads
 the code location, see `step_overhead_s`), and 3,000 customers (2,556 eligible work items) give
-11 batches, enough to keep two single-process workers busy almost to the end (measured on a
-2-core machine: 1.74x and 1.80x with two workers; 11 batches on two workers cap it at 11/6 =
-1.83x, and the measured step overhead was 1.7-2.1 s per batch). Smaller batches would make
+11 batches, enough to keep two single-process workers busy almost to the end (11 batches on
+two workers cap the speed-up at 11/6 = 1.83x). Smaller batches would make
 the step overhead dominate and hide the second worker; much larger ones would leave too few
 batches to share evenly.
 

@@ -1,4 +1,4 @@
-"""Peak memory and time of `generate_content` against the number of customers (issue 7).
+"""Peak memory and time of `generate_content` against the number of customers.
 
 Content generation must stay flat in memory as customers grow, so this seeds N demo customers into
 a fresh SQLite file, freezes the period, then runs `generate_content` alone in a fresh

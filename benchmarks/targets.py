@@ -1,4 +1,4 @@
-"""Issue 15's targets, judged from the JSON the other benchmarks of the same run wrote.
+"""The scale targets, judged from the JSON the other benchmarks of the same run wrote.
 
 `make bench` prints this table last, so a run says itself which targets it met, each with the
 figure that decides it, instead of a reader working out a ratio or a percentage by hand. A

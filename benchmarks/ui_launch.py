@@ -8,8 +8,8 @@ webserver's GraphQL exactly as the asset graph's "Materialize all" launches it, 
 launch to the run's terminal status (queue, daemon, run worker process, steps; `queued_s` is the
 part before the run started). Each path then runs the week again: a re-materialisation of a
 delivered week, which sends nothing. `--executors in_process,multiprocess` adds UI launches with
-run config selecting Dagster's multiprocess executor (a process per step: the job's default until
-issue 11), each on a shop of its own.
+run config selecting Dagster's multiprocess executor (a process per step), each on a shop of its
+own.
 """
 
 import argparse

@@ -1,11 +1,10 @@
 """Dagster's PostgreSQL storage with pooled connections: one held per process and store.
 
 dagster-postgres opens a new connection for every event it stores and every run it reads or
-updates (a `NullPool`), so a run on PostgreSQL storage paid a connection set-up, and the server
-a backend process, for each of its event rows: about 1 s of a 100,000-customer week (README,
-issue 15's tenth round). The event log and run storage here keep one connection each (more
-only while threads use them at once) and check it is alive before each use; a connection made
-before a `fork` is never used by the child.
+updates (a `NullPool`), so a run on PostgreSQL storage would pay a connection set-up, and the
+server a backend process, for each of its event rows. The event log and run storage here keep
+one connection each (more only while threads use them at once) and check it is alive before
+each use; a connection made before a `fork` is never used by the child.
 """
 
 import os

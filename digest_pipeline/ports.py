@@ -486,7 +486,7 @@ class SecretFingerprints(ABC):
 
 
 class SuppressionList(ABC):
-    """The customers who get no more digests (issue 16): one row per customer id, no address."""
+    """The customers who get no more digests: one row per customer id, no address."""
 
     @abstractmethod
     def suppress(self, suppression: Suppression, note: str = "") -> bool:
@@ -548,7 +548,7 @@ class Ledger(
 
     #: Whether the ledger's work runs outside this process (a database server), so a caller
     #: gains by overlapping its own Python with a call on another thread. SQLite's work is
-    #: this process's own CPU: overlapping it only adds lock waits (measured, README).
+    #: this process's own CPU: overlapping it only adds lock waits.
     out_of_process: bool = False
 
     @property
@@ -586,7 +586,7 @@ class Ledger(
 
 
 class FeedbackStore(SuppressionList):
-    """What `digest serve` records: the suppression list and the provider events (issue 16).
+    """What `digest serve` records: the suppression list and the provider events.
 
     Both are idempotent by their keys: one suppression per customer (the first reason wins) and
     one event per (provider, event id). Neither holds an address or message content.

@@ -35,7 +35,7 @@ T = TypeVar("T")
 MAILERS = ("outbox", "smtp", "http")
 #: `DIGEST_CONCURRENCY` when unset, by `DIGEST_MAILER`. A relay or a provider allows about 16
 #: connections; the outbox's sends are local file links, where a wave of 256 needs a quarter of
-#: the ledger transactions of 64 (a fifth less delivery time, README) and every `unknown` a
+#: the ledger transactions of 64 (less delivery time) and every `unknown` a
 #: crash leaves is settled by lookup.
 DEFAULT_CONCURRENCY = {"outbox": 256, "smtp": 16, "http": 16}
 #: `DIGEST_BATCH_SIZE` when unset: a 100,000-customer week is four delivery steps. A step in a

@@ -106,7 +106,7 @@ def digest_content(
     report = generate_content(customer_source, ledger, period)
     snapshot = ledger.snapshot(period)
     week = content_totals(ledger, period, snapshot.eligible_count if snapshot else 0)
-    # only when there are some: a clean catalogue's metadata stays as it always was
+    # only when there are some: a clean catalogue's metadata carries no exclusion entries
     excluded: dict[str, int | dg.MetadataValue] = (
         {
             "excluded_products": len(report.excluded),

@@ -149,8 +149,8 @@ class DeliverySettings:
     def step_items(self) -> int:
         """Items one delivery batch step takes: `batch_size` for each of its processes.
 
-        A process's share stays a full batch: a share of half of one spent much of its time
-        starting and draining (README, "Delivery processes").
+        A process's share stays a full batch: a share of half of one would spend much of its
+        time starting and draining (README, "Delivery processes").
         """
         return self.batch_size * self.delivery_processes
 

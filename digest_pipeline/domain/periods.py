@@ -117,8 +117,8 @@ def _remember_text(value: object, text: str) -> None:
     """Keeps a frozen value's text on it, made once an instance.
 
     Keys become text once a row, millions a week. Not `functools.cached_property`: in Python
-    3.11 the first read of every instance goes through its lock, one for all instances (with the
-    sort it served, 9 % of a delivery thread's time at concurrency 256).
+    3.11 the first read of every instance goes through its lock, one for all instances, which
+    with the sort it serves costs a large share of a delivery thread's time.
     """
     object.__setattr__(value, "_text", text)
 

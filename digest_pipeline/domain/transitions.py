@@ -3,7 +3,7 @@
 Whether a claimed digest may still be sent, what an attempt's outcome moves it to, when an
 `unknown` item's retention has run out and why the sweeper should run for an item are each
 decided here once, with no I/O and no clock: the deliverer, reconciliation and the sensor call
-these and record or act on what they return (issue 14, first step).
+these and record or act on what they return.
 """
 
 from collections.abc import Callable, Sequence

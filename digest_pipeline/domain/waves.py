@@ -7,8 +7,8 @@ how many sends are open at a time), so they are decided here, once, not where th
 #: a delivery step leases this many waves' worth of items at a time
 CLAIM_WAVES = 8
 #: over a database server the next claim is taken on a thread of its own once no more than this
-#: many waves are left queued: a claim of `CLAIM_WAVES` waves and its content (0.1 s at 256) took
-#: about as long as composing and starting four of a local mailer's waves (issue 15, round 12)
+#: many waves are left queued: a claim of `CLAIM_WAVES` waves and its content takes about as
+#: long as composing and starting four of a local mailer's waves
 AHEAD_WAVES = 4
 
 

@@ -7,7 +7,7 @@ connection has one deadline (`ServeLimits`), and a connection past the cap is re
 
 # The defaults (settings.py) close a slow client within seconds: 10 s for a head and 10 s for
 # a body (the largest, a 256 KiB webhook, needs 26 KB/s), 512 connections (below Linux's
-# default 1,024 open files). The keep-alive wait is 10 s, not the 75 s it once was. A server
+# default 1,024 open files). The keep-alive wait is 10 s. A server
 # that closes an idle connection races a client reusing it at that instant (the request is
 # lost in flight), so the wait should outlast the client's own idle limit: 10 s outlasts the
 # common pools (httpx 5 s, Node's undici 4 s), and the README's proxy opens a connection per

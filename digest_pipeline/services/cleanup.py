@@ -23,8 +23,8 @@ from digest_pipeline.services.overlap import overlapped_writes
 from digest_pipeline.services.snapshot_gate import require_unchanged_snapshot
 from digest_pipeline.services.tuning import fewer_collections
 
-#: pages whose transactions run at once over a database server: 2 took a 40,000-item
-#: PostgreSQL cleanup from 2.5 s to 1.9-2.0 s on two cores, 3 to 1.7-1.9 s (README)
+#: pages whose transactions run at once over a database server: one page's statements run
+#: while this process prepares the next; more pages gain little
 IN_FLIGHT = 2
 
 

@@ -624,8 +624,8 @@ class _Run:
         `left`: the claims still queued once the wave being composed is out. The claim runs
         there, on its own connection, while this thread composes and the last waves send or
         record, instead of standing between waves; it is taken up when the queue is empty.
-        Started with a wave or less left, it was still being taken when the queue emptied
-        (40,000 customers: 1.3 s of 6.7 s waiting for it). A crash can strand that claim's
+        Started with a wave or less left, it would still be being taken when the queue empties,
+        and the step would wait for it. A crash can strand that claim's
         leases, the waves still queued and the wave composed ahead, never started; they come
         back due when the leases run out. Not while the breaker bounds the room: its streak
         decides how much to claim.
@@ -688,7 +688,7 @@ class _Run:
         if self.stop is None and not fresh and len(self.in_flight) < self.depth:
             # One wave an exchange, sent as soon as it is started: waves composed together
             # would start, end and be recorded together, every slot idle while the next ones
-            # were composed (256 slots of 50 ms sends: 45 to 48 → 52 to 55 % of the bound, README).
+            # are composed.
             # None: the breaker holds it back until the outcomes in flight are in.
             wave = self.next_wave(self.open_attempts(), now) if self.refill(fresh) else None
             if wave is not None:
@@ -837,12 +837,12 @@ def deliver_due(
     # With a remote mailer this thread composes while the sends are out; with a local one
     # there is nothing out, so, over a database server, it composes while the ledger thread
     # records and starts (with a prompt GIL handover: the ledger thread needs it between
-    # statements). Measured: the ledger thread helps a local run on PostgreSQL, and slows a
+    # statements). The ledger thread helps a local run on PostgreSQL, and slows a
     # remote one (whose pool threads wait for the GIL too) and any run on SQLite.
     remote = deliverer.mailer.capabilities.remote
     overlap = not remote and deliverer.ledger.out_of_process
-    # the claim taken ahead pays on both loops over a database server: latency-bound at 64,
-    # 74.0/73.7 % of the bound without it, 76.3/75.6 % with it
+    # the claim taken ahead pays on both loops over a database server, a latency-bound run's
+    # included: the next claim is ready before the queue empties
     ahead = deliverer.ledger.out_of_process
     with (
         fewer_collections(),

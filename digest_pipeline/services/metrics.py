@@ -40,7 +40,7 @@ class PeriodMetrics:
     cleanup_lag_p50_s: float | None
     cleanup_lag_max_s: float | None
     dead_letters: dict[str, int]
-    #: what customers and the provider said about the week's digests (issue 16)
+    #: what customers and the provider said about the week's digests
     feedback: FeedbackCounts = field(default_factory=FeedbackCounts)
 
     @property

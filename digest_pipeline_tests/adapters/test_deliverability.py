@@ -175,7 +175,7 @@ def styles(html: str) -> _Styles:
 
 
 def test_the_contrast_helper_sees_text_coloured_like_its_background():
-    # the hidden-text trick the check exists to catch, as the preheader used to be written
+    # the hidden-text trick the check exists to catch: a preheader coloured like its background
     html = '<body style="background-color:#f4f4f5"><span style="color:#F4F4F5">x</span></body>'
     [(_, color, _, _)] = styles(html).colored
     assert _contrast(color, "#f4f4f5") == pytest.approx(1)

@@ -1,4 +1,4 @@
-"""Issue 15's targets table: each target judged from the figure that decides it, at its bound,
+"""The benchmarks' targets table: each target judged from the figure that decides it, at its bound,
 and never from a benchmark that did not run in the same invocation."""
 
 import json
@@ -78,7 +78,7 @@ def test_a_run_within_every_bound_meets_every_target():
 @pytest.mark.parametrize(
     ("change", "failing"),
     [
-        # the bounds are the issue's: under 30 s, at least 40 %, 50x, 70 / 50 %, 200 rows, 400 MB
+        # the targets' bounds: under 30 s, at least 40 %, 50x, 70 / 50 %, 200 rows, 400 MB
         (lambda p: p["e2e"]["rows"][0].update(wall_s=30.0), "on PostgreSQL"),
         (lambda p: p["e2e"]["rows"][1].update(wall_s=30.0), "SQLite no slower"),
         (lambda p: p["floor"]["rows"][0].update(total_s=7.99), "bulk-SQL floor"),

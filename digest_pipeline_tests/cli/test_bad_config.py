@@ -1,8 +1,9 @@
-"""Bad configuration is one line and exit code 2, and leaves the disk as it was (issue 12, item 6).
+"""Bad configuration is one line and exit code 2, and leaves the disk as it was.
 
-Before: an infinite duration was an OverflowError traceback, a lease of 1e12 seconds was accepted
-and crashed a delivery step, MySQL and an in-memory SQLite URL were tracebacks, and `digest status`
-on a mistyped SQLite path created the folder and an empty ledger and reported a healthy week.
+The cases: an infinite duration (an OverflowError traceback if unchecked), a lease of 1e12
+seconds (accepted, it would crash a delivery step), MySQL and an in-memory SQLite URL, and
+`digest status` on a mistyped SQLite path, which must not create the folder and an empty ledger
+and report a healthy week.
 """
 
 from pathlib import Path

@@ -1,4 +1,4 @@
-"""The README's runbook, one test per scenario, written as the operator acts at the terminal.
+"""The runbook (docs/how-to/runbook.md), one test per scenario, written as the operator acts at the terminal.
 
 What happened before the operator looks (the delivery runs, the outage) is arranged with the
 services and injected faults; everything after is `digest …` against the same ledger. Each test

@@ -1,5 +1,5 @@
-"""Issue 12 item 1 from the terminal: `digest sweep` on a real ledger after the frozen snapshot was
-edited in SQL sends nothing to the edited address, cleans nothing of the week, says so in one
+"""The snapshot gate from the terminal: `digest sweep` on a real ledger after the frozen snapshot
+was edited in SQL sends nothing to the edited address, cleans nothing of the week, says so in one
 `refused:` line and exits 1."""
 
 import json

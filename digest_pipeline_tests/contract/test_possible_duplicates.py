@@ -86,7 +86,7 @@ def unknown_unresolved_after_a_409(ledger: Ledger, clock: FixedClock) -> FakeMai
     return mailer
 
 
-# --- the end-to-end story of issue 12 ---------------------------------------------------------
+# --- end to end: an unknown outcome, its replay and the possible duplicate -------------------
 
 
 def test_replay_after_the_dedupe_window_needs_acceptance_and_then_counts_a_duplicate(ledger, clock):

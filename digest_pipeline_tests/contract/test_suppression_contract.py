@@ -1,4 +1,4 @@
-"""The suppression list contract, over the fake, SQLite and PostgreSQL ledgers (issue 16).
+"""The suppression list contract, over the fake, SQLite and PostgreSQL ledgers.
 
 A suppression is recorded once, with an audit row, and ends the customer's items of every week
 whose attempt has not started (unclaimed, or claimed and not yet attempted) as `suppressed` in

@@ -1,4 +1,4 @@
-"""Issue 12 items 1 and 5 in Dagster: what the `digest_retry_sweeper` sensor runs
+"""The snapshot gate and the circuit breaker in Dagster: what the `digest_retry_sweeper` sensor runs
 (`digest_deliveries`, `digest_cleanup`, without the snapshot's asset check) fails visibly at its
 delivery step for a week whose frozen snapshot changed, or whose provider refuses every send,
 sending nothing to the changed address and cleaning nothing."""

@@ -1,12 +1,11 @@
-"""Concurrent first runs on a fresh DAGSTER_HOME all start (issue 12, item 7).
+"""Concurrent first runs on a fresh DAGSTER_HOME all start.
 
 Each process does what `digest run` does before its run: `prepare_home`, then its own
-`DagsterInstance.from_config`. Without the home's lock they created Dagster's SQLite schema at
-once and one failed (`table alembic_version already exists`, or its UNIQUE constraint). The
-processes import Dagster once, then take round after round on a fresh home each, released
-together by one line on their stdin: as closely as runs started by one `&` in a shell. Before the
-lock, 6 and 2 of the 8 rounds failed in two tries on this 2-core machine class (with a fresh
-interpreter per round, 1 to 2 pairs in 10: the imports spread the starts apart).
+`DagsterInstance.from_config`. Without the home's lock they would create Dagster's SQLite schema
+at once and one would fail (`table alembic_version already exists`, or its UNIQUE constraint).
+The processes import Dagster once, then take round after round on a fresh home each, released
+together by one line on their stdin: as closely as runs started by one `&` in a shell. A fresh
+interpreter per round would spread the starts apart through its imports and rarely hit the race.
 """
 
 import json

@@ -17,7 +17,7 @@ JOB = "weekly_digest_job"
     "key",
     [
         "2024-W50-1",  # before the suite's first week (conftest: DIGEST_FIRST_WEEK=2025-W02)
-        "2026-10-12",  # the Monday date the keys used to be
+        "2026-10-12",  # a Monday's calendar date, not its ISO week date
     ],
 )
 def test_a_key_that_is_no_partition_is_refused_before_any_run_is_made(tmp_path: Path, key: str):

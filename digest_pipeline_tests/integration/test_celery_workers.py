@@ -4,7 +4,7 @@ A 1,000-customer shop is seeded into a fresh PostgreSQL ledger; the launcher (`d
 own folder) and two `dagster-celery` workers (each its own folder, `DAGSTER_HOME` and working
 directory) share only the Redis broker, the ledger and a fresh PostgreSQL Dagster storage. The
 mailer is the HTTP provider on loopback, answering each request after 50 ms. The tests assert
-what the README promises: batch steps run on both workers, nothing a step needs is on the
+what docs/how-to/celery-kubernetes.md promises: batch steps run on both workers, nothing a step needs is on the
 launcher's disk, every invariant holds, no message is stored twice at the provider; a worker
 with other settings refuses its step; and a worker process killed in the middle of a batch
 fails the run, after which a re-run finishes the week with nothing lost and nothing sent twice.

@@ -192,7 +192,7 @@ def test_the_sql_source_streams_orders_in_a_half_open_window_like_the_fake(sql_l
 
 def test_a_snapshot_streams_customers_from_the_ledgers_own_database(sql_ledger, clock):
     # The snapshot reads the source inside the ledger's write transaction; on SQLite a read
-    # through the ledger's BEGIN IMMEDIATE engine used to wait 30 s for itself and fail.
+    # through the ledger's BEGIN IMMEDIATE engine would wait for itself and fail.
     seeded = seed_demo(sql_ledger.engine, customers=40, seed=2, now=T0)
 
     report = take_snapshot(SqlCustomerSource(sql_ledger.engine), sql_ledger, clock, W42, "run-1")

@@ -283,10 +283,10 @@ def test_a_claim_in_a_week_the_statistics_have_not_seen_finds_its_keys_by_key(
     seeded: SqlLedger,
 ) -> None:
     # Enqueued after the last analysis (the refresh is skipped until a table doubles; autovacuum
-    # comes when it comes), a new week's items are, to the planner, a few rows. The claim's
-    # UPDATE re-checked its CTE's due clause, so the planner read the due index and tested each
-    # row's key against the 2,048 locked keys one by one: 0.2-0.3 s a claim from a ledger's
-    # fifteenth 5,000-customer week on (benchmarks/weeks.py; README, sixteenth round).
+    # comes when it comes), a new week's items are, to the planner, a few rows. Were the claim's
+    # UPDATE to re-check its CTE's due clause, the planner would read the due index and test each
+    # row's key against the 2,048 locked keys one by one, a slow claim once a ledger holds many
+    # weeks (benchmarks/weeks.py).
     engine, claim, later = seeded.engine, 2_048, Period(2026, 43)
     with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
         conn.execute(text("ANALYZE work_items"))  # this week only
@@ -314,10 +314,9 @@ def test_a_claim_in_a_week_the_statistics_have_not_seen_finds_its_keys_by_key(
 
 def test_a_late_week_reads_its_own_items_and_attempts_not_the_history(seeded: SqlLedger) -> None:
     # Nine earlier weeks of the same shop before W42, each item with its attempt. A week's keys
-    # sort after every earlier week's, so a period's first page in key order walked the key
-    # index past all of them, and the invariants and the metrics hashed the week's items and
-    # scanned every attempt of the ledger: growth with every week a ledger keeps (a year of
-    # 10,000-customer weeks, README, seventeenth round).
+    # sort after every earlier week's, so a period's first page in key order would walk the key
+    # index past all of them, and invariants and metrics that hash the week's items would scan
+    # every attempt of the ledger: a cost that grows with every week a ledger keeps.
     engine, page, weeks = seeded.engine, 500, 9
     earlier = [Period(2026, W42.week - k) for k in range(1, weeks + 1)]
     with engine.begin() as conn:

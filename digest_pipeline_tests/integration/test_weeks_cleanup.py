@@ -1,8 +1,8 @@
-"""Eight consecutive weeks cleaned on the real ledger, in both cleanup modes (issue 11).
+"""Eight consecutive weeks cleaned on the real ledger, in both cleanup modes.
 
-Cleanup deletes a week's rows and SQLite used to give their ids to the next week's rows, so the
-second week's archive failed on the first week's ids. One good week proves nothing about the
-next, so the invariants are asserted after every week, over every week so far.
+Cleanup deletes a week's rows; were SQLite to give their ids to the next week's rows, the second
+week's archive would fail on the first week's ids. One good week proves nothing about the next,
+so the invariants are asserted after every week, over every week so far.
 """
 
 from collections import Counter

@@ -1,4 +1,4 @@
-"""Issue 12 item 4: one malformed catalogue row must cost that product its place, not the week.
+"""One malformed catalogue row must cost that product its place, not the week.
 
 Delivery here renders with the real Jinja2 composer, the one that refuses an unsafe link, so a
 bad product that reached the digest rows would show up as a permanent `render_error`.

@@ -1,4 +1,4 @@
-"""Issue 12 item 5: a systemic provider failure stops the run instead of spinning through the list.
+"""A systemic provider failure stops the run instead of spinning through the list.
 
 A revoked API key answers 401 to every send. The circuit breaker stops the worker after
 `breaker_threshold` consecutive attempts with the same class and code: at most that many items

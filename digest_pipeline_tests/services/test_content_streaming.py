@@ -1,6 +1,6 @@
 """Content generated a chunk of customers at a time is exactly what an all-in-memory pass gives.
 
-Streaming is only a change of memory profile (issue 7): the rows, their positions and the picks
+Streaming is only a change of memory profile: the rows, their positions and the picks
 must not depend on where the chunks fall, and the per-chunk checks must skip what the
 whole-period checks skipped.
 """

@@ -1,4 +1,4 @@
-"""Issue 12 item 1: every path that delivers or cleans a period checks its frozen snapshot first.
+"""Every path that delivers or cleans a period checks its frozen snapshot first.
 
 A snapshot edited after the freeze (a bad migration, a hand edit of a recipient) must not be sent
 to, or cleaned: the worker refuses the period before it claims anything, a claim of it taken

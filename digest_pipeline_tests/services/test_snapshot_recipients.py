@@ -60,8 +60,8 @@ def test_exclusions_are_recounted_from_the_source_naming_only_valid_ids():
 
 
 def test_three_ids_sharing_one_mailbox_get_one_digest_each(clock):
-    # README, "Decisions where the design was silent": selection is by customer id. Each id has
-    # its own orders, content, unsubscribe link and operation key, so none is dropped for another.
+    # docs/explanation/decisions.md, "One digest per customer id": selection is by customer id.
+    # Each id has its own orders, content, unsubscribe link and operation key, so none is dropped for another.
     shared = ["Pat@Example.com", "pat@example.com", " pat@EXAMPLE.com"]
     source = FakeCustomerSource([make_customer(n, email=e) for n, e in enumerate(shared, 1)])
     ledger = FakeLedger()

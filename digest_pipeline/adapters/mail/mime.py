@@ -42,7 +42,7 @@ class _HeaderClasses(HeaderRegistry):
     """Python's header registry, each header's class made once instead of at every header.
 
     `HeaderRegistry.__getitem__` builds a new class with `type()` for every header it parses
-    (14 µs each, a fifth of serialising a digest); the classes hold no state, so one per
+    (a large share of serialising a digest); the classes hold no state, so one per
     header name serialises to the same bytes. The headers in `_SHARED` are also parsed once
     per value: a parsed header is an immutable string, so messages can share it.
     """
@@ -186,8 +186,8 @@ def _boundary(message: Message) -> str | None:
     """The parts' boundary, named by the operation key; None if a part holds it.
 
     Python's generator draws one at random and compiles a pattern per message to check the parts
-    for it (an eighth of serialising a digest); this one is checked with a substring search, and
-    the generator still draws one for a part that holds it.
+    for it (a noticeable share of serialising a digest); this one is checked with a substring
+    search, and the generator still draws one for a part that holds it.
     """
     boundary = "=_" + key_digest(message.key)
     line = f"--{boundary}"

@@ -90,7 +90,7 @@ def _one_line(text: str, limit: int | None = None) -> str:
 def _is_single_address(recipient: str) -> bool:
     # The common address, a dot-atom at a dot-atom of hostname labels, is one the parser below
     # accepts unchanged (a Hypothesis property holds them together); only the rest is parsed,
-    # which costs about 40 µs, a fifth of composing a digest.
+    # which costs a large share of composing a digest.
     return PLAIN_ADDRESS.fullmatch(recipient) is not None or _parses_as_one_address(recipient)
 
 
@@ -339,7 +339,7 @@ class Jinja2Composer(Composer):
                 key, context["unsubscribe_url"], now, self._domain, self._message_id(key)
             ),
         )
-        # Only the cheap checks: serialising here costs about 0.6 ms, seven times the rendering,
+        # Only the cheap checks: serialising here costs several times the rendering,
         # and every mailer that serialises does so anyway, before anything leaves, turning a
         # refusal into a permanent `render_error`. The parts need no check of their own: every
         # value they hold was checked as it came in (a pick's fields once a product, the name

@@ -61,8 +61,8 @@ class SqlCustomerSource(CustomerSource):
         c = customers.c
         q = select(c.customer_id, c.email, c.active, c.opted_in).order_by(c.customer_id)
         with self._engine.connect() as conn:
-            # unpacked, not read by name: a Row's attribute lookups were half of this stream's
-            # time (the snapshot and the invalid-recipient check each read every customer)
+            # unpacked, not read by name: a Row's attribute lookups cost a large share of this
+            # stream's time (the snapshot and the invalid-recipient check each read every customer)
             rows = conn.execution_options(yield_per=STREAM_ROWS).execute(q)
             for customer_id, email, active, opted_in in rows:
                 yield Customer(customer_id, email, bool(active), bool(opted_in))
@@ -118,6 +118,6 @@ class SqlCustomerSource(CustomerSource):
                     one_of(o.customer_id, ids, pg), o.ordered_at >= since, o.ordered_at < until
                 )
                 # fetched whole (a chunk of customers' orders, a few thousand rows): a row at a
-                # time was a fetch call each through SQLAlchemy and psycopg
+                # time would be a fetch call each through SQLAlchemy and psycopg
                 for order_id, customer_id, product_id, ordered_at in conn.execute(q).all():
                     yield Order(order_id, customer_id, product_id, ordered_at)

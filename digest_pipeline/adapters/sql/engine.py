@@ -306,16 +306,16 @@ def guard_engine_errors(engine: Engine) -> Engine:
 def _json_loads(data: str | bytes) -> Any:
     """`json.loads` of a text: psycopg hands over bytes, whose encoding `json` would sniff first.
 
-    The sniffing was 4 % of a delivery step on PostgreSQL (every digest row's payload).
+    The sniffing would run on every digest row's payload, a visible cost of a delivery step on
+    PostgreSQL.
     """
     return json.loads(data.decode() if isinstance(data, bytes) else data)
 
 
 #: No JIT compilation, on either driver. A week's bulk-loaded tables and the invariants'
-#: correlated subqueries put the planner's estimates past `jit_above_cost`, and compiling cost
-#: more than running: the double-send invariant at 100,000 items spent 830 ms in LLVM for 80 ms
-#: of work, three times a run. Every ledger statement is short, so none is compiled (the
-#: 100,000-customer week: README, eleventh round).
+#: correlated subqueries put the planner's estimates past `jit_above_cost`, and compiling costs
+#: more than running: the double-send invariant, checked three times a run, would spend most of
+#: its time in LLVM. Every ledger statement is short, so none is compiled.
 _NO_JIT = "SET jit = off"
 #: UTC on psycopg 3's sessions, so psycopg returns every timestamp with `datetime.UTC`. The
 #: ledger stores instants; only how they come back changes (`types.UtcDateTime` then passes
@@ -340,9 +340,9 @@ def _binary_arrays(dbapi_connection: Any, _record: Any) -> None:
     """Array parameters in PostgreSQL's binary format, not its text literal.
 
     A wave's keys, tokens and times go to the server as arrays (`= ANY(…)`, `unnest(…)`), and
-    psycopg builds a text array literal element by element in Python, quoting each one: 1.4 µs
-    a key and 3.3 µs a timestamp, a third of a cleanup chunk's time. The binary form costs
-    0.2 µs an element. Only arrays change; every statement casts its array to the column's type.
+    psycopg builds a text array literal element by element in Python, quoting each one, a large
+    share of a cleanup chunk's time. The binary form costs a fraction of that an element. Only
+    arrays change; every statement casts its array to the column's type.
     """
     dbapi_connection.adapters.register_dumper(list, ListBinaryDumper)
 
@@ -357,7 +357,7 @@ def create_ledger_engine(url: str, *, pool_size: int = 10, create: bool = True) 
     parsed = make_url(url)
     if parsed.get_backend_name() != "sqlite":
         # No pre-ping: it is a round trip on every checkout, and every ledger call checks out
-        # (a wave's two transactions became three round trips more). A connection the server
+        # (it would add three round trips to a wave's two transactions). A connection the server
         # dropped fails its statement instead; SQLAlchemy then discards the whole pool, so one
         # call fails (before a send: nothing left; after: an open attempt that reconciliation
         # settles) and the next connects afresh. Recycling after 30 minutes keeps connections
@@ -433,7 +433,8 @@ def migrate(engine: Engine, revision: str = "head") -> None:
     outside a transaction (its documented ALTER TABLE procedure).
 
     A database already at the head is left alone, without a look at its rows: that foreign-key
-    check reads every table whole, 45 ms a start (three a run) on 51 weeks of 2,000 customers.
+    check reads every table whole, a cost that grows with the history and comes at every start
+    (three a run).
     """
     if revision == "head" and schema_revision(engine) == head_revision():
         return

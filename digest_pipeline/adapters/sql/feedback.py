@@ -1,4 +1,4 @@
-"""The `FeedbackStore` port in SQL: the provider events, and the ledger's suppression list (issue 16).
+"""The `FeedbackStore` port in SQL: the provider events, and the ledger's suppression list.
 
 Events are written with `INSERT … ON CONFLICT DO NOTHING` on (provider, event id), so concurrent
 requests for the same event record it once, on SQLite and PostgreSQL alike; suppressions are the

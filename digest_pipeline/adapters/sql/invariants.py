@@ -55,10 +55,10 @@ RECONCILING_ACTIONS = ("reconcile", "resolve")
 def key_in(column: ColumnElement[str], keys: Select[Any], pg: bool) -> ColumnElement[bool]:
     """`column IN (keys)`; on PostgreSQL `column = ANY(ARRAY(keys))`, the keys read once.
 
-    Given `IN (SELECT …)`, or a join on the key, PostgreSQL's planner hashed the keys and scanned
+    Given `IN (SELECT …)`, or a join on the key, PostgreSQL's planner hashes the keys and scans
     the whole of `column`'s table for them. `attempts` grows by a week's attempts every week, so
-    that cost grew with the history: 50 ms in the 52nd 10,000-customer week, 8 in the first. An
-    array of keys it can only look up in the key's index, at the cost of this week's rows alone.
+    that cost grows with the history. An array of keys it can only look up in the key's index,
+    at the cost of this week's rows alone.
     """
     if pg:
         return column == func.any(func.array(keys.scalar_subquery()))
@@ -268,7 +268,7 @@ def _snapshot_unchanged(
     rows = conn.execution_options(yield_per=10_000).execute(
         select(*columns).where(es.c.period == p)
     )
-    # the SQLite ledger checks it every batch step (0.3 s a call at 100,000 customers): no entry
+    # the SQLite ledger checks it every batch step, over every row of the period: no entry
     # object per row
     for customer_id, recipient, *writer in rows:
         total += fingerprint_share(customer_id, recipient)

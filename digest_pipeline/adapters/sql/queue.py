@@ -287,8 +287,8 @@ class SqlWorkQueue(SqlBase, WorkQueue):
             if created >= ANALYZE_AFTER and (self._pg or sqlite_statistics_outgrown(conn, wi)):
                 # Fresh statistics before the first claim: with the planner still believing the
                 # table is small, or this week's period unseen, it sorts the whole period
-                # instead of reading the due index. PostgreSQL samples a bounded number of rows
-                # (85 ms at 520,000 items); SQLite reads them all, so only a grown table's.
+                # instead of reading the due index. PostgreSQL samples a bounded number of rows,
+                # cheap at any size; SQLite reads them all, so only a grown table's.
                 conn.exec_driver_sql("ANALYZE work_items")
         return EnqueueReceipt(created=created, existing=info.eligible_count - created)
 
@@ -319,16 +319,15 @@ class SqlWorkQueue(SqlBase, WorkQueue):
         expires = now + lease
         if self._pg:
             # Each chosen key found through the primary key: joined to the CTE, the planner
-            # walked the whole key index past every item already sent (its statistics, read
+            # walks the whole key index past every item already sent (its statistics, read
             # before the run, count nothing claimed or sent), a claim slower the further the
-            # period got (README, issue 15's twelfth round). The cast makes `ANY` take the one
-            # array, not the subquery's rows.
+            # period gets. The cast makes `ANY` take the one array, not the subquery's rows.
             #
             # Only the key: the CTE's rows are locked (FOR UPDATE re-checks `due` on the latest
             # version of each), so nothing can have moved them out of `due` since. Checked again
-            # here, `due` let a planner that thought the period nearly empty (a new week the
+            # here, `due` lets a planner that thinks the period nearly empty (a new week the
             # statistics have not seen yet) read the due index instead and test each row's key
-            # against the whole array: 0.2-0.3 s a claim of 2,048 (README, sixteenth round).
+            # against the whole array, a slow claim.
             keys = select(func.array_agg(candidates.c.operation_key)).scalar_subquery()
             chosen = [
                 wi.c.operation_key

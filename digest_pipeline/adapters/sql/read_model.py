@@ -85,11 +85,11 @@ _ITEM_TIME_COLUMNS = (
     column("lag_max", Float),
 )
 #: `ReadModel.item_time_summary` in one statement: the database sorts a period's delays instead
-#: of this process converting every item's four times (about 1 s at 100,000 items, twice a
-#: run); a contract test holds both statements to the Python reference.
+#: of this process converting every item's four times, twice a run; a contract test holds both
+#: statements to the Python reference.
 #: PostgreSQL: one scan; the intervals sort as they are, in one aggregate each, and only the
 #: picked ones become seconds (every row's EXTRACT to numeric, ranked in materialised windows,
-#: took 220 ms at 100,000 customers; this takes 73).
+#: costs several times as much).
 _ITEM_TIME_SUMMARY_ON_PG = text(
     f"""
 SELECT {_pg_pick("claims", 50)}, {_pg_pick("claims", 95)}, oldest,
@@ -161,9 +161,8 @@ class SqlReadModel(SqlBase, ReadModel, AuditTrail):
 
     # A period's items are paged by customer id: within one period a key is its customer id
     # behind the period's own prefix, so that is key order, read off the unique index on
-    # (period, customer_id). Paged by key, the first page of each new week walked the key index
-    # past every earlier week's items (434,061 of them, 98 ms, in the 52nd 10,000-customer week
-    # on PostgreSQL).
+    # (period, customer_id). Paged by key, the first page of each new week would walk the key
+    # index past every earlier week's items, a cost that grows with the ledger's history.
     def iter_items(
         self, period: Period, states: Iterable[DeliveryState] | None = None, page: int = 1_000
     ) -> Iterator[WorkItem]:

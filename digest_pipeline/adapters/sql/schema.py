@@ -282,7 +282,7 @@ step_outputs = Table(
     PrimaryKeyConstraint("run_id", "step_key", "output_name", "mapping_key"),
 )
 
-# -- customer and provider feedback (`digest serve`, issue 16; migration 0007) -----------------
+# -- customer and provider feedback (`digest serve`; migration 0007) --------------------------
 
 #: the reasons a customer is suppressed (domain/feedback.py `SuppressionReason`)
 SUPPRESSION_REASONS = sql_literals(SuppressionReason)

@@ -1,6 +1,6 @@
 """Real process kills on PostgreSQL: SIGKILL delivery workers mid-send, then prove nothing broke.
 
-The experiment (issue 6, "Real process kills on PostgreSQL"):
+The experiment:
 
 1. A fresh PostgreSQL database (`CREATE DATABASE chaos_<random>` on the server of
    `DIGEST_TEST_DATABASE_URL`, dropped afterwards), migrated, with one period of N customers
@@ -541,7 +541,7 @@ def _check(
     fleet: Fleet,
     keys: list[str],
 ) -> None:
-    """Every check of the issue; each failure is one line in `report.failures`."""
+    """Every check of the experiment; each failure is one line in `report.failures`."""
     fail = report.failures.append
     selected = set(keys)
 

@@ -84,9 +84,9 @@ class SimProvider(Mailer):
         window = IDEMPOTENCY_WINDOW if self._faults.provider_idempotent else None
         # Not `remote`: a remote mailer's sends run on a pool thread, and this one's latency is
         # a sleep on the scheduler, which belongs to the actor's own thread. From a pool thread
-        # it handed the baton on while the actor's thread went on composing the next wave, so
-        # under load a worker's ledger calls raced the scheduler's sweeps and lease recoveries
-        # (a single-worker cell sent 10 or 33 digests instead of 162). The latency is virtual:
+        # it would hand the baton on while the actor's thread goes on composing the next wave,
+        # so under load a worker's ledger calls would race the scheduler's sweeps and lease
+        # recoveries, and a cell would send only some of its digests. The latency is virtual:
         # there is no real wait to overlap anyway.
         return MailerCapabilities(idempotency_window=window, can_lookup=False, remote=False)
 

@@ -1,4 +1,4 @@
-"""Generated rows keep an identity that cleanup cannot hand out again (issue 11).
+"""Generated rows keep an identity that cleanup cannot hand out again.
 
 Revision ID: 0004
 Revises: 0003

@@ -4,7 +4,7 @@ Revision ID: 0007
 Revises: 0006
 Create Date: 2026-12-03
 
-`digest serve` (issue 16) records one-click unsubscribes and the provider's webhook events:
+`digest serve` records one-click unsubscribes and the provider's webhook events:
 `suppressions` holds one row per suppressed customer id (never an address), `provider_events`
 one row per (provider, event id) with its matched operation key and what it did. A provider
 event names its message by the provider's id, so `attempts.provider_message_id` gets an index.

@@ -1,4 +1,4 @@
-"""A work item may end `suppressed`: its customer left the list of people we may mail (issue 16).
+"""A work item may end `suppressed`: its customer left the list of people we may mail.
 
 Revision ID: 0008
 Revises: 0007
