@@ -10,7 +10,6 @@ each use; a connection made before a `fork` is never used by the child.
 import os
 from typing import Any, TypeVar
 
-from dagster._serdes import ConfigurableClassData
 from dagster_postgres import DagsterPostgresStorage, PostgresEventLogStorage, PostgresRunStorage
 from dagster_postgres.utils import (
     create_pg_engine,
@@ -20,6 +19,8 @@ from dagster_postgres.utils import (
 from sqlalchemy import event, exc
 from sqlalchemy.engine import Engine
 from sqlalchemy.pool import ConnectionPoolEntry
+
+from digest_pipeline.dagster_private import ConfigurableClassData
 
 S = TypeVar("S", bound="_Configured")
 #: connections kept per process; threads writing at once get more, closed when given back

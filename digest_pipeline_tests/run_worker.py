@@ -11,7 +11,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from dagster._utils import start_termination_thread
+from digest_pipeline.dagster_private import start_termination_thread
 
 
 @contextmanager

@@ -16,18 +16,18 @@ from pathlib import Path
 from typing import Any
 
 import dagster as dg
-from dagster._core.events import DagsterEventType
-from dagster._core.execution.api import execute_run
-from dagster._core.remote_origin import (
+
+from digest_pipeline.cli.context import UsageError
+from digest_pipeline.cli.files import read_input
+from digest_pipeline.dagster_private import (
+    DagsterEventType,
     InProcessCodeLocationOrigin,
     ManagedGrpcPythonEnvCodeLocationOrigin,
     RemoteJobOrigin,
     RemoteRepositoryOrigin,
+    WorkspaceFileTarget,
+    execute_run,
 )
-from dagster._core.workspace.load_target import WorkspaceFileTarget
-
-from digest_pipeline.cli.context import UsageError
-from digest_pipeline.cli.files import read_input
 
 _SCHEDULE_ENV_VARS = r"Property `ScheduleDefinition.environment_vars` is deprecated"
 

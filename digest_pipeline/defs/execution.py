@@ -24,11 +24,13 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 import dagster as dg
-from dagster._core.execution.context.system import PlanOrchestrationContext
-from dagster._core.execution.plan.plan import ExecutionPlan
-from dagster._core.executor.base import Executor
-from dagster._core.executor.init import InitExecutorContext
 
+from digest_pipeline.dagster_private import (
+    ExecutionPlan,
+    Executor,
+    InitExecutorContext,
+    PlanOrchestrationContext,
+)
 from digest_pipeline.defs.run_settings import run_settings_tag
 from digest_pipeline.settings import ExecutorSettings, InvalidSetting, load_executor_settings
 

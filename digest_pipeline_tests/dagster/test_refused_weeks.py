@@ -8,11 +8,11 @@ import asyncio
 from datetime import timedelta
 
 import dagster as dg
-from dagster._core.loader import LoadingContextForTest
-from dagster._core.storage.asset_check_execution_record import (
-    AssetCheckExecutionResolvedStatus,
-)
 
+from digest_pipeline.dagster_private import (
+    AssetCheckExecutionResolvedStatus,
+    LoadingContextForTest,
+)
 from digest_pipeline.defs.guards import REFUSED_TAG
 from digest_pipeline.defs.late_grant import DELIVER_LATE_TAG, OPERATOR_TAG
 from digest_pipeline.domain.policy import DeliveryPolicy

@@ -19,10 +19,9 @@ from pathlib import Path
 
 import dagster as dg
 import sqlalchemy as sa
-from dagster._core.events import DagsterEventType
-from dagster._core.instance.ref import InstanceRef
 
 from digest_pipeline.adapters.demo_data import SeedReport, seed_demo
+from digest_pipeline.dagster_private import DagsterEventType, InstanceRef
 from digest_pipeline.domain.periods import Period
 from digest_pipeline.instance import prepare_home
 from digest_pipeline.rigs.bootstrap import PROJECT_ROOT, open_rig_ledger
