@@ -24,7 +24,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects import sqlite
 
-from digest_pipeline.adapters.sql.base import bound_column, insert_rows
+from digest_pipeline.adapters.sql.bulk import bound_column, insert_rows
 from digest_pipeline.adapters.sql.types import UtcDateTime
 
 DIALECT = sqlite.dialect()

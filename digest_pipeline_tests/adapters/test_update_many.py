@@ -6,7 +6,7 @@ from datetime import timedelta
 import pytest
 from sqlalchemy import insert, select
 
-from digest_pipeline.adapters.sql.base import update_many
+from digest_pipeline.adapters.sql.bulk import update_many
 from digest_pipeline.adapters.sql.ledger import SqlLedger
 from digest_pipeline.adapters.sql.schema import period_runs
 from digest_pipeline_tests.conftest import T0

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine, event, text
 
-from digest_pipeline.adapters.sql import base
+from digest_pipeline.adapters.sql import base, bulk
 from digest_pipeline.adapters.sql.ledger import SqlLedger
 from digest_pipeline.adapters.sql.schema import attempts
 from digest_pipeline.domain.model import INVARIANTS
@@ -253,7 +253,7 @@ def test_a_wave_of_attempts_is_closed_through_their_keys_whatever_the_statistics
         )
     closing = [((a,), {"finished_at": T0, "outcome": "sent"}) for a in opened]
     with _sent(engine, "UPDATE attempts") as seen, engine.connect() as conn, conn.begin() as tx:
-        matched = base.update_many(
+        matched = bulk.update_many(
             conn,
             attempts,
             ("attempt_id",),

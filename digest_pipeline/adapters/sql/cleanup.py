@@ -11,15 +11,9 @@ from sqlalchemy import (
     select,
 )
 
-from digest_pipeline.adapters.sql.base import (
-    KEYS,
-    SqlBase,
-    insert_rows,
-    locked_items,
-    one_of,
-    update_many,
-    wi,
-)
+from digest_pipeline.adapters.sql.base import KEYS, SqlBase, wi
+from digest_pipeline.adapters.sql.bulk import insert_rows, update_many
+from digest_pipeline.adapters.sql.clauses import locked_items, one_of
 from digest_pipeline.adapters.sql.schema import (
     cleanups,
     digest_rows,

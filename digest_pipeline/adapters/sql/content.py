@@ -12,15 +12,9 @@ from sqlalchemy import (
     select,
 )
 
-from digest_pipeline.adapters.sql.base import (
-    CHUNK,
-    KEYS,
-    SqlBase,
-    insert_rows,
-    locked_items,
-    one_of,
-    wi,
-)
+from digest_pipeline.adapters.sql.base import CHUNK, KEYS, SqlBase, wi
+from digest_pipeline.adapters.sql.bulk import insert_rows
+from digest_pipeline.adapters.sql.clauses import locked_items, one_of
 from digest_pipeline.adapters.sql.schema import (
     digest_rows,
     eligibility_snapshot,

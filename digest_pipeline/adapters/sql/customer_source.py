@@ -13,7 +13,7 @@ from datetime import datetime
 from sqlalchemy import Engine, create_engine, func, select
 from sqlalchemy.pool import NullPool
 
-from digest_pipeline.adapters.sql.base import one_of
+from digest_pipeline.adapters.sql.clauses import one_of
 from digest_pipeline.adapters.sql.engine import guard_engine_errors
 from digest_pipeline.adapters.sql.schema import customers, orders, products
 from digest_pipeline.domain.catalogue import Order, Product

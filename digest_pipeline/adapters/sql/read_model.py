@@ -13,7 +13,8 @@ from sqlalchemy import (
 )
 
 from digest_pipeline.adapters.sql import rows as sql_rows
-from digest_pipeline.adapters.sql.base import KEYS, SqlBase, period_items, wi
+from digest_pipeline.adapters.sql.base import KEYS, SqlBase, wi
+from digest_pipeline.adapters.sql.clauses import period_items
 from digest_pipeline.adapters.sql.invariants import evaluate_invariants, key_in, period_keys
 from digest_pipeline.adapters.sql.schema import (
     attempts,

@@ -11,7 +11,9 @@ from sqlalchemy import (
 )
 from sqlalchemy.exc import IntegrityError
 
-from digest_pipeline.adapters.sql.base import CHUNK, KEYS, SqlBase, insert_rows, one_of
+from digest_pipeline.adapters.sql.base import CHUNK, KEYS, SqlBase
+from digest_pipeline.adapters.sql.bulk import insert_rows
+from digest_pipeline.adapters.sql.clauses import one_of
 from digest_pipeline.adapters.sql.demo_marker import holds_demo_data
 from digest_pipeline.adapters.sql.schema import (
     eligibility_snapshot,

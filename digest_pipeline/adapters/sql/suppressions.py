@@ -16,7 +16,8 @@ from typing import Any
 
 from sqlalchemy import Connection, delete, select, tuple_
 
-from digest_pipeline.adapters.sql.base import KEYS, one_of, wi
+from digest_pipeline.adapters.sql.base import KEYS, wi
+from digest_pipeline.adapters.sql.clauses import one_of
 from digest_pipeline.adapters.sql.queue import SqlWorkQueue
 from digest_pipeline.adapters.sql.rows import work_item
 from digest_pipeline.adapters.sql.schema import attempts, suppressions
