@@ -7,7 +7,8 @@ Exits non-zero when any check fails.
 
 import sys
 
-from digest_pipeline.rigs.chaos.harness import LONG, main
+from digest_pipeline.rigs.chaos.harness import main
+from digest_pipeline.rigs.chaos.settings import LONG
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:], base=LONG))

@@ -43,13 +43,13 @@ from digest_pipeline.domain.model import (
 )
 from digest_pipeline.domain.periods import OperationKey, Period
 from digest_pipeline.domain.policy import DeliveryPolicy
+from digest_pipeline.domain.reconciliation import already_confirmed
 from digest_pipeline.domain.retry import (
     RandomSource,
 )
 from digest_pipeline.domain.states import DeliveryState, NotRecorded, Settled
 from digest_pipeline.domain.transitions import (
     after_attempt,
-    already_confirmed,
     before_send,
     release,
     requeue_unstarted,

@@ -25,8 +25,8 @@ from digest_pipeline.domain.feedback import (
 )
 from digest_pipeline.domain.model import WorkItem
 from digest_pipeline.domain.periods import OperationKey
+from digest_pipeline.domain.reconciliation import delivered_per_provider
 from digest_pipeline.domain.states import DeliveryState
-from digest_pipeline.domain.transitions import delivered_per_provider
 from digest_pipeline.domain.unsubscribe import token_matches
 from digest_pipeline.ports import Clock, FeedbackStore, ReadModel, WorkQueue
 from digest_pipeline.services.logs import log_event

@@ -1,6 +1,6 @@
 """Reconciliation of `unknown` items, in design §2's order: ledger evidence, then the mailer.
 
-An item is moved only on evidence (`domain.transitions.settle_unknown` decides which): a
+An item is moved only on evidence (`domain.reconciliation.settle_unknown` decides which): a
 confirmed attempt in the ledger, attempts that all closed as not accepted, the mailer's lookup,
 or a provider that will deduplicate a resend inside its idempotency window. The last two count
 only from the mailer that made the uncertain attempt; under another the item is left alone and
@@ -17,8 +17,8 @@ from digest_pipeline.domain.errors import LostRace
 from digest_pipeline.domain.mailer_identity import describe_needed, foreign_mailers
 from digest_pipeline.domain.periods import OperationKey, Period
 from digest_pipeline.domain.policy import DeliveryPolicy
+from digest_pipeline.domain.reconciliation import settle_unknown
 from digest_pipeline.domain.states import DeliveryState
-from digest_pipeline.domain.transitions import settle_unknown
 from digest_pipeline.ports import Clock, Ledger, Mailer
 from digest_pipeline.services import late
 from digest_pipeline.services.evidence import RECONCILE_ACTOR

@@ -8,7 +8,8 @@ show every customer delivered once, every item cleaned once and every invariant 
 
 import pytest
 
-from digest_pipeline.rigs.chaos.harness import SHORT, run_chaos
+from digest_pipeline.rigs.chaos.harness import run_chaos
+from digest_pipeline.rigs.chaos.settings import SHORT
 from digest_pipeline_tests.conftest import require_postgres_url
 
 

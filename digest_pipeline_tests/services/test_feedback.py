@@ -17,8 +17,8 @@ from digest_pipeline.domain.feedback import (
     Suppression,
     SuppressionReason,
 )
+from digest_pipeline.domain.reconciliation import Evidence
 from digest_pipeline.domain.states import DeliveryState
-from digest_pipeline.domain.transitions import Evidence
 from digest_pipeline.domain.unsubscribe import unsubscribe_token
 from digest_pipeline.services.feedback import (
     EVENT_LEASE,

@@ -1,4 +1,4 @@
-"""The delivery decisions of `domain/transitions.py`, held by properties over every input."""
+"""The delivery decisions of `domain/transitions.py` and `domain/reconciliation.py`, by property."""
 
 from datetime import timedelta
 
@@ -20,10 +20,9 @@ from digest_pipeline.domain.model import (
     WorkItem,
 )
 from digest_pipeline.domain.policy import DeliveryPolicy
+from digest_pipeline.domain.reconciliation import NOT_ACCEPTED, Evidence, settle_unknown
 from digest_pipeline.domain.states import CLAIMABLE, REPLAYABLE, DeliveryState
 from digest_pipeline.domain.transitions import (
-    NOT_ACCEPTED,
-    Evidence,
     after_attempt,
     after_lease_expiry,
     apply,
@@ -33,7 +32,6 @@ from digest_pipeline.domain.transitions import (
     is_due,
     replayed,
     resolved,
-    settle_unknown,
     sweep_reason,
     unknown_expired,
 )

@@ -1,6 +1,6 @@
 """One chaos worker process: sweeps one period through the real services until it is drained.
 
-Started (and SIGKILLed, and restarted) by `digest_pipeline.rigs.chaos.harness`. Each pass is
+Started (and SIGKILLed, and restarted) by `digest_pipeline.rigs.chaos.fleet`. Each pass is
 `services.pipeline.run_pass` for the one period, as `digest sweep` runs it, delivering through
 the real HTTP provider mailer (rendered by the simulator's cheap composer). After each gate it
 prints one JSON line to stdout (flushed, so a kill loses only the gate it interrupts); it exits 0
@@ -45,7 +45,7 @@ IDEMPOTENCY_WINDOW = timedelta(hours=24)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    """The worker's command line, as the harness's `Fleet.start` writes it."""
+    """The worker's command line, as `fleet.Fleet.start` writes it."""
     p = argparse.ArgumentParser(prog="python -m digest_pipeline.rigs.chaos.worker")
     p.add_argument("--index", type=int, required=True, help="worker slot (the owner is w<i>:<pid>)")
     p.add_argument("--period", required=True)
