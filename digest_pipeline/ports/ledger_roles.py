@@ -1,23 +1,16 @@
-"""The abstract interfaces between the services and the outside world (design §5).
+"""The ledger's role ports: each a part of what the ledger records, used on its own by a service.
 
-Every port has a real adapter under `adapters/` and a hand-written fake in the tests; the
-contract suite runs the same assertions over both.
+The SQL ledger implements every one; the contract suite runs the same assertions over it and the
+tests' fake.
 """
 
 from abc import ABC, abstractmethod
-from collections import Counter
-from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from datetime import datetime, timedelta
 
-from digest_pipeline.domain.catalogue import Order, Product
-from digest_pipeline.domain.chunks import chunked
-from digest_pipeline.domain.compliance import Compliance
 from digest_pipeline.domain.errors import DigestError
 from digest_pipeline.domain.failures import SendOutcome
 from digest_pipeline.domain.feedback import (
-    EventClaim,
-    EventOutcome,
-    EventRecord,
     FeedbackCounts,
     Suppression,
 )
@@ -29,7 +22,6 @@ from digest_pipeline.domain.model import (
     Claim,
     CleanupMode,
     CleanupReceipt,
-    Customer,
     DeadLetterRecord,
     DigestRow,
     EnqueueReceipt,
@@ -37,10 +29,6 @@ from digest_pipeline.domain.model import (
     ItemLease,
     ItemTimes,
     LeaseRecovery,
-    LookupResult,
-    LookupStatus,
-    MailerCapabilities,
-    Message,
     SnapshotEntry,
     SnapshotInfo,
     SnapshotReceipt,
@@ -50,128 +38,8 @@ from digest_pipeline.domain.model import (
 from digest_pipeline.domain.pacing import Pause, Slot
 from digest_pipeline.domain.periods import OperationKey, Period
 from digest_pipeline.domain.regeneration import RowReplacement
-from digest_pipeline.domain.states import DELIVERED, DeliveryState
+from digest_pipeline.domain.states import DeliveryState
 from digest_pipeline.domain.timing import ItemTimeSummary, summarize_item_times
-
-
-class Clock(ABC):
-    """The only source of "now" for the core, so tests and the simulator control time."""
-
-    @abstractmethod
-    def now(self) -> datetime:
-        """The current time, timezone-aware UTC."""
-
-    def recipe(self) -> "Callable[[], Clock] | None":
-        """How a forked helper makes the same clock (a zero-argument call); None: it cannot.
-
-        A delivery helper process (`services.helpers`) works with it; a test's clock, which
-        only this process can move, has none, so its runs stay in one process.
-        """
-        return None
-
-
-class CustomerSource(ABC):
-    """The shop's records: customers, its product catalogue and its order lines.
-
-    Customers are read when a period's eligibility is frozen; the catalogue and the orders when
-    the period's digest content is generated.
-    """
-
-    @abstractmethod
-    def customers(self) -> Iterator[Customer]:
-        """Streams every customer; the eligibility rule is applied by the snapshot service."""
-
-    @abstractmethod
-    def products(self) -> Iterator[Product]:
-        """Streams the whole catalogue, in product id order."""
-
-    @abstractmethod
-    def orders(self, since: datetime, until: datetime) -> Iterator[Order]:
-        """Streams the order lines with `since <= ordered_at < until`, oldest first."""
-
-    def popularity(self, since: datetime, until: datetime) -> Counter[str]:
-        """Order lines per product id in `[since, until)`: the ranking content picks from.
-
-        This default counts `orders`; a database source counts where the rows are.
-        """
-        return Counter(o.product_id for o in self.orders(since, until))
-
-    def orders_of(
-        self, customer_ids: Sequence[str], since: datetime, until: datetime
-    ) -> Iterator[Order]:
-        """`orders`, only those of `customer_ids`, in no particular order.
-
-        Content generation asks this a chunk of customers at a time, so a period's order lines
-        never sit in memory together. This default reads the whole window on every call, which
-        is quadratic over a period: a source holding many orders must override it with a lookup
-        by customer.
-        """
-        wanted = frozenset(customer_ids)
-        if wanted:
-            yield from (o for o in self.orders(since, until) if o.customer_id in wanted)
-
-
-class Mailer(ABC):
-    """Sends one rendered digest with the operation key as its idempotency key."""
-
-    @property
-    @abstractmethod
-    def capabilities(self) -> MailerCapabilities:
-        """Whether the provider deduplicates keys (and for how long) and can look them up."""
-
-    @abstractmethod
-    def send(self, message: Message, *, idempotency_key: str) -> SendOutcome:
-        """Sends; every failure comes back as a classified outcome, never as an exception."""
-
-    def lookup(self, idempotency_key: str) -> LookupResult:
-        """Asks whether a key was accepted; mailers that cannot answer say UNSUPPORTED."""
-        return LookupResult(LookupStatus.UNSUPPORTED)
-
-    def prepare(self) -> None:  # noqa: B027 - most mailers build nothing on a first send
-        """Builds, without any network traffic, what a first send would otherwise build.
-
-        A paced run calls it before its first slot: a first request slowed by building a
-        client would reach the provider late, right before the next one, crowding its window.
-        """
-
-    def close(self) -> None:  # noqa: B027 - most mailers hold nothing to release
-        """Releases connections; the mailer may be used again afterwards (it reconnects)."""
-
-    def recipe(self) -> "Callable[[], Mailer] | None":
-        """How a forked helper opens an equal mailer (a zero-argument call); None: it cannot."""
-        return None
-
-    @property
-    def identity(self) -> str:
-        """Its kind and a non-secret digest of its endpoint (`domain.mailer_identity`).
-
-        Each attempt records it; a lookup or an idempotent resend counts as evidence only for
-        the attempts this identity made. The real mailers name their endpoint; this default,
-        the class's name, serves a mailer that only one process can reach (a test's).
-        """
-        return type(self).__name__
-
-
-class Composer(ABC):
-    """Renders one customer's digest; a failure raises RenderError (a permanent failure)."""
-
-    @abstractmethod
-    def compose(self, item: WorkItem, recipient: str, rows: Sequence[DigestRow]) -> Message:
-        """The message for one work item."""
-
-    @property
-    def unsubscribe_secret(self) -> str | None:
-        """The secret its unsubscribe links are signed with; None for a composer signing none."""
-        return None
-
-    @property
-    def compliance(self) -> Compliance | None:
-        """The unsubscribe link and postal address its digests carry; None: it renders neither."""
-        return None
-
-    def recipe(self) -> "Callable[[], Composer] | None":
-        """How a forked helper makes an equal composer (a zero-argument call); None: it cannot."""
-        return None
 
 
 class SnapshotStore(ABC):
@@ -535,98 +403,3 @@ class SendBudget(ABC):
     @abstractmethod
     def current_pause(self, mailer: str) -> Pause | None:
         """The mailer's latest pause, ended or not; None if it was never paused."""
-
-
-class Ledger(
-    SnapshotStore, ContentStore, WorkQueue, Cleaner, ReadModel, AuditTrail, SuppressionList
-):
-    """The source of truth: every role above, over one database (design §5).
-
-    The adapters implement it whole; a service names the roles it uses in its signature where
-    it needs fewer. Implementations must be safe to call from many threads.
-    """
-
-    #: Whether the ledger's work runs outside this process (a database server), so a caller
-    #: gains by overlapping its own Python with a call on another thread. SQLite's work is
-    #: this process's own CPU: overlapping it only adds lock waits.
-    out_of_process: bool = False
-
-    @property
-    @abstractmethod
-    def secret_fingerprints(self) -> SecretFingerprints:
-        """The fingerprints of the signing secrets, kept in this same ledger."""
-
-    @property
-    def send_budget(self) -> SendBudget | None:
-        """The install's send slots and pause in this ledger; None: unpaced, no shared pause."""
-        return None
-
-    def recipe(self) -> "Callable[[], Ledger] | None":
-        """How a forked helper opens this same ledger (a zero-argument call); None: it cannot.
-
-        The ledger it opens must refuse to be another one: a helper that cannot see the run's
-        ledger fails instead of working on a different database.
-        """
-        return None
-
-    def iter_needing_content(self, period: Period, page: int = 5_000) -> Iterator[str]:
-        """The frozen customer ids, in order, that content generation must write rows for.
-
-        Those with no live rows whose item is neither sent nor cleaned (or who have no item
-        yet). Streamed a page at a time, each page read once the caller is done with the one
-        before; the SQL ledger answers a page in one statement, this default in three.
-        """
-        entries = self.iter_snapshot_entries(period, page=page)
-        for chunk in chunked(entries, page):
-            keys = [OperationKey(period, e.customer_id) for e in chunk]
-            has_rows = self.keys_with_rows_of(keys)
-            fresh = [k for k in keys if k not in has_rows]
-            done = {k for k, item in self.items_of(fresh).items() if item.state in DELIVERED}
-            yield from (k.customer_id for k in fresh if k not in done)
-
-
-class FeedbackStore(SuppressionList):
-    """What `digest serve` records: the suppression list and the provider events.
-
-    Both are idempotent by their keys: one suppression per customer (the first reason wins) and
-    one event per (provider, event id). Neither holds an address or message content.
-    """
-
-    @property
-    @abstractmethod
-    def suppression_list(self) -> SuppressionList:
-        """The ledger's list, which this store's is: its cancellations and audit rows go with it."""
-
-    def suppress(self, suppression: Suppression, note: str = "") -> bool:
-        return self.suppression_list.suppress(suppression, note)
-
-    def unsuppress(self, customer_id: str, at: datetime, actor: str, reason: str) -> bool:
-        return self.suppression_list.unsuppress(customer_id, at, actor, reason)
-
-    def suppressions(self) -> list[Suppression]:
-        return self.suppression_list.suppressions()
-
-    @abstractmethod
-    def known_customer(self, customer_id: str) -> bool:
-        """Whether the shop's source or any frozen snapshot knows the customer id."""
-
-    @abstractmethod
-    def key_of_provider_message(self, provider_message_id: str) -> OperationKey | None:
-        """The operation key whose attempt the provider gave this message id, if any."""
-
-    @abstractmethod
-    def begin_event(self, record: EventRecord, lease: timedelta) -> EventClaim:
-        """Records the event as `received` once per (provider, event id), or says why not.
-
-        NEW and RESUMED let the caller apply it (a `received` row older than `lease` is an
-        abandoned one, taken over with a compare-and-set on its time); IN_PROGRESS means another
-        request holds it; DONE carries the outcome recorded before.
-        """
-
-    @abstractmethod
-    def finish_event(self, provider: str, event_id: str, outcome: EventOutcome) -> None:
-        """Records the outcome of a `received` event (only the first finish counts)."""
-
-    @abstractmethod
-    def provider_events(self) -> list[EventRecord]:
-        """Every recorded event, by provider and event id."""
