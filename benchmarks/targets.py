@@ -228,7 +228,7 @@ def report(json_dir: Path, since: datetime | None = None) -> list[Verdict]:
     """Prints the targets table for the JSON in `json_dir` (from `since` on) and writes it."""
     verdicts = judge(load(json_dir, since))
     rows = [v.row() for v in verdicts]
-    common.print_table("Issue 15's targets, judged from this run's figures", rows, COLUMNS)
+    common.print_table("The scale targets, judged from this run's figures", rows, COLUMNS)
     common.write_json(json_dir, "targets", {"rows": rows})
     return verdicts
 
