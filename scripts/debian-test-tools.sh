@@ -23,11 +23,8 @@ readonly PROG="debian-test-tools"
 SELF="$(readlink -f "${BASH_SOURCE[0]}")"
 readonly SELF
 
-log() { printf '%s: %s\n' "$PROG" "$*" >&2; }
-die() {
-    log "error: $*"
-    exit 1
-}
+# shellcheck source=lib/throwaway-service.sh
+source "$(dirname "$SELF")/lib/throwaway-service.sh"
 
 case "${1:-}" in
     -h | --help)

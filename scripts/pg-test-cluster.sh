@@ -28,11 +28,8 @@ readonly PROG="pg-test-cluster"
 SELF="$(readlink -f "${BASH_SOURCE[0]}")"
 readonly SELF
 
-log() { printf '%s: %s\n' "$PROG" "$*" >&2; }
-die() {
-    log "error: $*"
-    exit 1
-}
+# shellcheck source=lib/throwaway-service.sh
+source "$(dirname "$SELF")/lib/throwaway-service.sh"
 
 usage() {
     cat >&2 <<'EOF'
@@ -86,13 +83,8 @@ stop_and_remove() {
     rm -rf -- "$dir"
 }
 
-# Internal mode: detached watchdog. Waits for the parent script to die, then cleans up.
-if [[ "${1:-}" == "--_watchdog" ]]; then
-    parent="$2" dir="$3" pg_ctl="$4"
-    while kill -0 "$parent" 2>/dev/null; do sleep 1; done
-    stop_and_remove "$dir" "$pg_ctl"
-    exit 0
-fi
+# Internal mode: the detached watchdog (lib/throwaway-service.sh).
+run_watchdog_mode_if_asked "$@"
 
 case "${1:-}" in
     -h | --help)
@@ -174,32 +166,15 @@ if [[ "$AS_ROOT" -eq 1 ]] && ! "$RUNUSER" -u postgres -- test -x "$base" 2>/dev/
 fi
 PGTMP="$(mktemp -d "$base/digest-pg.XXXXXXXX")"
 [[ "$PGTMP" != *[[:space:]]* ]] || die "temp dir path contains whitespace: $PGTMP"
-WATCHDOG_PID=""
-
-# shellcheck disable=SC2317  # invoked through the EXIT trap
-cleanup() {
-    local rc=$?
-    trap - EXIT INT TERM
-    set +e
-    if [[ -n "$WATCHDOG_PID" ]]; then
-        kill -- "-$WATCHDOG_PID" 2>/dev/null || kill "$WATCHDOG_PID" 2>/dev/null
-    fi
-    stop_and_remove "$PGTMP" "$PG_CTL"
-    exit "$rc"
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
+arm_cleanup "$PGTMP" "$PG_CTL"
 
 if [[ "$AS_ROOT" -eq 1 ]]; then
     chown postgres: "$PGTMP"
 fi
 chmod 700 "$PGTMP"
 
-# The watchdog runs in its own session with no inherited stdio, so neither a signal to our
-# process group nor a closed pipe reaches it; it stops the cluster if we die without our trap.
-setsid "$SELF" --_watchdog "$$" "$PGTMP" "$PG_CTL" </dev/null >/dev/null 2>&1 &
-WATCHDOG_PID=$!
+# it stops the cluster if we die without our trap
+start_watchdog
 
 # --- initdb, start --------------------------------------------------------------------------
 
@@ -208,14 +183,6 @@ if ! as_owner "$PGTMP" "$INITDB" -D "$PGTMP/data" -A trust -U postgres --no-sync
     cat "$PGTMP/initdb.log" >&2
     die "initdb failed"
 fi
-
-free_port() {
-    python3 -c 'import socket
-s = socket.socket()
-s.bind(("127.0.0.1", 0))
-print(s.getsockname()[1])
-s.close()'
-}
 
 # Another process may take the port between our probe and the server's bind; retry then.
 started=0

@@ -20,11 +20,8 @@ readonly PROG="redis-test-server"
 SELF="$(readlink -f "${BASH_SOURCE[0]}")"
 readonly SELF
 
-log() { printf '%s: %s\n' "$PROG" "$*" >&2; }
-die() {
-    log "error: $*"
-    exit 1
-}
+# shellcheck source=lib/throwaway-service.sh
+source "$(dirname "$SELF")/lib/throwaway-service.sh"
 
 usage() {
     cat >&2 <<'EOF'
@@ -74,13 +71,8 @@ stop_and_remove() {
     rm -rf -- "$dir"
 }
 
-# Internal mode: detached watchdog. Waits for the parent script to die, then cleans up.
-if [[ "${1:-}" == "--_watchdog" ]]; then
-    parent="$2" dir="$3"
-    while kill -0 "$parent" 2>/dev/null; do sleep 1; done
-    stop_and_remove "$dir"
-    exit 0
-fi
+# Internal mode: the detached watchdog (lib/throwaway-service.sh).
+run_watchdog_mode_if_asked "$@"
 
 case "${1:-}" in
     -h | --help)
@@ -169,39 +161,14 @@ REDIS_VERSION="$("$REDIS_SERVER" --version | sed -n 's/.* v=\([^ ]*\).*/\1/p')"
 
 RTMP="$(mktemp -d "${TMPDIR:-/tmp}/digest-redis.XXXXXXXX")"
 [[ "$RTMP" != *[[:space:]]* ]] || die "temp dir path contains whitespace: $RTMP"
-WATCHDOG_PID=""
-
-# shellcheck disable=SC2317  # invoked through the EXIT trap
-cleanup() {
-    local rc=$?
-    trap - EXIT INT TERM
-    set +e
-    if [[ -n "$WATCHDOG_PID" ]]; then
-        kill -- "-$WATCHDOG_PID" 2>/dev/null || kill "$WATCHDOG_PID" 2>/dev/null
-    fi
-    stop_and_remove "$RTMP"
-    exit "$rc"
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
+arm_cleanup "$RTMP"
 
 chmod 700 "$RTMP"
 
-# The watchdog runs in its own session with no inherited stdio, so neither a signal to our
-# process group nor a closed pipe reaches it; it stops the server if we die without our trap.
-setsid "$SELF" --_watchdog "$$" "$RTMP" </dev/null >/dev/null 2>&1 &
-WATCHDOG_PID=$!
+# it stops the server if we die without our trap
+start_watchdog
 
 # --- start, wait until it answers -----------------------------------------------------------
-
-free_port() {
-    python3 -c 'import socket
-s = socket.socket()
-s.bind(("127.0.0.1", 0))
-print(s.getsockname()[1])
-s.close()'
-}
 
 # Probe the server on 127.0.0.1:$1: if it answers PING with PONG, print the process_id its
 # INFO reports (so a foreign server that grabbed the port is not mistaken for ours).
