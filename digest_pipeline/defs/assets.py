@@ -15,23 +15,14 @@ from digest_pipeline.defs.partitions import weekly_partitions
 from digest_pipeline.defs.report import period_metadata, this_run, with_partitions_note
 from digest_pipeline.defs.resources import DeliveryResource
 from digest_pipeline.domain.periods import Period
-from digest_pipeline.domain.states import DeliveryState
 from digest_pipeline.ports import Clock, Composer, CustomerSource, Ledger
 from digest_pipeline.services.cleanup import clean_period
 from digest_pipeline.services.content import generate_content
 from digest_pipeline.services.enqueue import enqueue_period
-from digest_pipeline.services.metrics import content_totals, period_metrics
+from digest_pipeline.services.metrics import cleanup_figures, content_totals
 from digest_pipeline.services.snapshot import take_snapshot
 
 GROUP = "digest"
-#: the week's figures `digest_cleanup` shows, as `digest status --json` names them
-CLEANUP_WEEK = (
-    "delivered",
-    DeliveryState.SENT.value,
-    DeliveryState.CLEANED.value,
-    "cleanup_lag_p50_s",
-    "cleanup_lag_max_s",
-)
 #: excluded product ids listed in `digest_content`'s metadata (the count is always complete)
 EXCLUDED_SHOWN = 100
 
@@ -170,7 +161,6 @@ def digest_cleanup(
     period = Period.parse(context.partition_key)
     with refused():  # a changed snapshot: the step fails with its line, nothing is cleaned
         report = clean_period(ledger, clock, period, delivery.settings().cleanup_mode)
-    week = period_metrics(ledger, period, clock.now()).as_flat_dict()
     held_back = {
         f"held_back_{reason.removeprefix('not_sent:')}": n
         for reason, n in sorted(report.held_back.items())
@@ -178,7 +168,7 @@ def digest_cleanup(
     return dg.MaterializeResult(
         metadata={
             **period_metadata(period),
-            **{k: week[k] for k in CLEANUP_WEEK if week[k] is not None},
+            **{k: v for k, v in cleanup_figures(ledger, period).items() if v is not None},
             **this_run(
                 {
                     "cleaned": report.cleaned,

@@ -129,6 +129,24 @@ def seconds(value: float | None) -> float | None:
     return None if value is None else round(value, 1)
 
 
+def cleanup_figures(ledger: Ledger, period: Period) -> dict[str, int | float | None]:
+    """The week's figures `digest_cleanup` shows, named and rounded as `as_flat_dict` has them.
+
+    Two reads (the state counts and the item times), not the whole `period_metrics`, whose
+    invariant and feedback queries the cleanup step has no use for.
+    """
+    counts = ledger.state_counts(period)
+    sent, cleaned = counts.get(DeliveryState.SENT, 0), counts.get(DeliveryState.CLEANED, 0)
+    times = ledger.item_time_summary(period)
+    return {
+        "delivered": sent + cleaned,
+        DeliveryState.SENT.value: sent,
+        DeliveryState.CLEANED.value: cleaned,
+        "cleanup_lag_p50_s": seconds(times.cleanup_lag_p50_s),
+        "cleanup_lag_max_s": seconds(times.cleanup_lag_max_s),
+    }
+
+
 def content_totals(ledger: Ledger, period: Period, eligible: int) -> dict[str, int]:
     """The week's content as the ledger holds it: customers with a digest written, and without.
 

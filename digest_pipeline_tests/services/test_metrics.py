@@ -15,7 +15,7 @@ from digest_pipeline.domain.states import DeliveryState
 from digest_pipeline.domain.timing import percentile
 from digest_pipeline.services.cleanup import clean_period
 from digest_pipeline.services.deliver import deliver_due
-from digest_pipeline.services.metrics import period_metrics
+from digest_pipeline.services.metrics import cleanup_figures, period_metrics
 from digest_pipeline.services.reconcile import reconcile_period
 from digest_pipeline_tests.builders import (
     deliver_all,
@@ -98,6 +98,19 @@ def test_delivered_counts_sent_and_cleaned_items_over_eligible(clock):
     assert after.by_state == {"cleaned": 3, "failed": 1}
     assert (after.delivered, after.delivered_fraction) == (3, 0.75)
     assert after.as_flat_dict()["delivered_fraction"] == 0.75
+
+
+def test_cleanup_figures_are_the_flat_metrics_of_the_same_names(clock):
+    ledger = four_customers(clock)
+    clock.advance(timedelta(minutes=90))
+    clean_period(ledger, clock, W42, CleanupMode.ARCHIVE)
+
+    figures = cleanup_figures(ledger, W42)
+    flat = period_metrics(ledger, W42, clock.now()).as_flat_dict()
+
+    assert figures == {name: flat[name] for name in figures}
+    assert (figures["cleaned"], figures["delivered"]) == (3, 3)
+    assert figures["cleanup_lag_max_s"] is not None
 
 
 def test_delivered_fraction_is_absent_when_nobody_is_eligible(clock):
