@@ -28,6 +28,7 @@ from digest_pipeline.adapters.sql.ledger import SqlLedger
 from digest_pipeline.domain.errors import DigestError
 from digest_pipeline.domain.periods import FIRST_PERIOD, Period
 from digest_pipeline.domain.states import DeliveryState
+from digest_pipeline.operators import MAX_ACTOR, MAX_OPERATOR, MAX_REASON, operator_grants
 from digest_pipeline.ports import Clock, Mailer
 from digest_pipeline.services.deliver import Deliverer
 from digest_pipeline.settings import InvalidSetting, Settings, load_settings
@@ -250,11 +251,6 @@ def os_user() -> str:
         return f"uid:{uid}"
 
 
-#: an operator's name is short enough that `name (os:user)` fits the audit's 128-character actor
-MAX_OPERATOR = 64
-#: the audit log's `actor` column
-MAX_ACTOR = 128
-MAX_REASON = 2000
 #: Unicode categories that must never reach a terminal raw: controls (ESC, CR, DEL, C1), format
 #: characters (bidi overrides, zero-width), line and paragraph separators and lone surrogates.
 _UNPRINTABLE = frozenset({"Cc", "Cf", "Zl", "Zp", "Cs"})
@@ -317,20 +313,6 @@ def require_reason(text: str | None, flag: str = "--reason") -> str:
     return text
 
 
-def _operator_grants(allowed: frozenset[str]) -> dict[str, frozenset[str]]:
-    """`DIGEST_OPERATORS` entries as operator -> the OS users who may act as them.
-
-    `alice` lets OS user alice act as alice; `alice=ops` lets OS user ops act as alice too.
-    """
-    grants: dict[str, set[str]] = {}
-    for entry in allowed:
-        name, sep, user = (part.strip() for part in entry.partition("="))
-        if not name or (sep and not user):
-            raise InvalidSetting(f"DIGEST_OPERATORS entry {entry!r}: use NAME or NAME=OS_USER")
-        grants.setdefault(name, set()).add(user if sep else name)
-    return {name: frozenset(users) for name, users in grants.items()}
-
-
 def require_operator(ctx: Context, name: str | None) -> str:
     """Who is acting, as the audit's actor: `alice`, or `alice (os:bob)` for a claimed name.
 
@@ -349,7 +331,7 @@ def require_operator(ctx: Context, name: str | None) -> str:
         if len(name) > MAX_OPERATOR:
             raise UsageError(f"--operator is {len(name)} characters; at most {MAX_OPERATOR}")
     claimed = user if name is None else name
-    grants = _operator_grants(ctx.settings.operators)
+    grants = operator_grants(ctx.settings.operators)
     if grants and claimed not in grants:
         raise UsageError(
             f"operator {claimed!r} may not act: DIGEST_OPERATORS allows only "

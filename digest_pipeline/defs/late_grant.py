@@ -13,16 +13,15 @@ import dagster as dg
 
 from digest_pipeline.defs.resources import DeliverySettings
 from digest_pipeline.domain.periods import Period
+from digest_pipeline.operators import MAX_OPERATOR, MAX_REASON, operator_grants
 from digest_pipeline.ports import Clock, Ledger
 from digest_pipeline.services import late
+from digest_pipeline.settings import InvalidSetting
 
 #: the run tag holding why a missed week is sent late (the launchpad's or backfill's tags)
 DELIVER_LATE_TAG = "digest/deliver_late"
 #: the run tag naming who grants it
 OPERATOR_TAG = "digest/operator"
-#: as `digest run --operator` and `--reason` allow
-MAX_OPERATOR = 64
-MAX_REASON = 2000
 
 
 def _tag_refusal(operator: str, reason: str, operators: frozenset[str]) -> str | None:
@@ -38,7 +37,10 @@ def _tag_refusal(operator: str, reason: str, operators: frozenset[str]) -> str |
             f"the tag {OPERATOR_TAG} takes at most {MAX_OPERATOR} characters and "
             f"{DELIVER_LATE_TAG} at most {MAX_REASON}"
         )
-    names = {entry.partition("=")[0].strip() for entry in operators}
+    try:
+        names = operator_grants(operators)
+    except InvalidSetting as e:  # as the CLI refuses every operator command then
+        return str(e)
     if names and operator not in names:
         allowed = ", ".join(sorted(names))
         return (
