@@ -1,7 +1,7 @@
 """The benchmarks' mailer: accepts every message after a set latency and counts what it sent.
 
 Apart from the Dagster resource that vends it (`bench_defs`), so a delivery helper process
-(`services.helpers`) makes its own without importing Dagster.
+(`runtime.helpers`) makes its own without importing Dagster.
 """
 
 import os

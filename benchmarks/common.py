@@ -40,6 +40,7 @@ from digest_pipeline.ports import Clock, Ledger, Mailer
 from digest_pipeline.rigs.bootstrap import open_rig_ledger
 from digest_pipeline.rigs.seeding import SHOP_LINK_SETTINGS
 from digest_pipeline.rigs.servers.pg_cluster import throwaway_allowance
+from digest_pipeline.runtime.executor import executor_for
 from digest_pipeline.services.deliver import Deliverer
 from digest_pipeline.settings import load_settings
 from digest_pipeline.wiring import build_composer
@@ -163,7 +164,16 @@ def bench_deliverer(
 ) -> Deliverer:
     """The delivery worker the service-level benchmarks time: the project's composer, seeded jitter."""
     composer = build_composer(load_settings({}, ROOT), clock)
-    return Deliverer(ledger, mailer, composer, clock, policy, random.Random(7).random, "bench")
+    return Deliverer(
+        ledger,
+        mailer,
+        composer,
+        clock,
+        policy,
+        random.Random(7).random,
+        "bench",
+        executor_for(ledger),
+    )
 
 
 # -- measuring inside one process ----------------------------------------------------------
@@ -358,7 +368,7 @@ def key_log_duplicates(keys_dir: Path) -> tuple[int, int]:
 # -- one measured run of the real job (inside a child process) -----------------------------
 
 
-#: the setting that gives a batch step delivery helper processes (services/helpers.py)
+#: the setting that gives a batch step delivery helper processes (runtime/helpers.py)
 DELIVERY_PROCESSES_ENV = "DIGEST_DELIVERY_PROCESSES"
 
 

@@ -24,6 +24,7 @@ from digest_pipeline.adapters.sql.engine import create_ledger_engine
 from digest_pipeline.adapters.sql.ledger import SqlLedger
 from digest_pipeline.domain.periods import Period
 from digest_pipeline.rigs.bootstrap import open_rig_ledger
+from digest_pipeline.runtime.executor import executor_for
 from digest_pipeline.services.content import generate_content
 from digest_pipeline.services.snapshot import take_snapshot
 
@@ -47,7 +48,14 @@ def seeded(customers: int, directory: Path) -> Path:
     partial.unlink(missing_ok=True)
     with open_rig_ledger(f"sqlite:///{partial}") as ledger:
         seed_demo(ledger.engine, customers=customers, seed=7, now=NOW)
-        take_snapshot(SqlCustomerSource(ledger.engine), ledger, _Clock(), PERIOD, "bench")  # type: ignore[arg-type]
+        take_snapshot(
+            SqlCustomerSource(ledger.engine),
+            ledger,
+            _Clock(),  # type: ignore[arg-type]
+            PERIOD,
+            "bench",
+            executor=executor_for(ledger),
+        )
     partial.rename(path)
     return path
 
@@ -56,7 +64,12 @@ def measure(path: str) -> None:
     """Runs in the child: generate content once, print peak RSS (MB) and seconds as JSON."""
     engine = create_ledger_engine(f"sqlite:///{path}")
     started = time.perf_counter()
-    report = generate_content(SqlCustomerSource(engine), SqlLedger(engine), PERIOD)
+    report = generate_content(
+        SqlCustomerSource(engine),
+        ledger := SqlLedger(engine),
+        PERIOD,
+        executor=executor_for(ledger),
+    )
     seconds = time.perf_counter() - started
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
     print(

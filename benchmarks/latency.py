@@ -21,6 +21,7 @@ from digest_pipeline.adapters.sql.engine import create_ledger_engine
 from digest_pipeline.adapters.sql.ledger import SqlLedger
 from digest_pipeline.defs.resources import DeliveryResource
 from digest_pipeline.domain.periods import Period
+from digest_pipeline.runtime.executor import executor_for
 from digest_pipeline.services.content import generate_content
 from digest_pipeline.services.deliver import deliver_due
 from digest_pipeline.services.enqueue import enqueue_period
@@ -78,8 +79,8 @@ def _deliver(url: str, period: Period, concurrency: int, latency_ms: float) -> d
     engine = create_ledger_engine(url)
     try:
         ledger, source, clock = SqlLedger(engine), SqlCustomerSource(engine), SystemClock()
-        take_snapshot(source, ledger, clock, period, "bench-latency")
-        generate_content(source, ledger, period)
+        take_snapshot(source, ledger, clock, period, "bench-latency", executor=executor_for(ledger))
+        generate_content(source, ledger, period, executor=executor_for(ledger))
         enqueue_period(ledger, clock, period)
         # the same settings, and the same claim size, as the job's delivery steps use
         delivery = DeliveryResource().settings()

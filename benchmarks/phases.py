@@ -119,9 +119,13 @@ def _week(backend: str, opts: Options) -> tuple[list[dict[str, Any]], list[dict[
             deliverer = common.bench_deliverer(
                 ledger, BenchMailer(opts.latency_ms), clock, delivery.policy
             )
+            run = deliverer.executor
             steps: list[tuple[str, Callable[[], Any]]] = [
-                ("snapshot", lambda: take_snapshot(source, ledger, clock, period, "bench")),
-                ("content", lambda: generate_content(source, ledger, period)),
+                (
+                    "snapshot",
+                    lambda: take_snapshot(source, ledger, clock, period, "bench", executor=run),
+                ),
+                ("content", lambda: generate_content(source, ledger, period, executor=run)),
                 ("work items", lambda: enqueue_period(ledger, clock, period)),
                 (
                     "deliveries",
@@ -132,7 +136,12 @@ def _week(backend: str, opts: Options) -> tuple[list[dict[str, Any]], list[dict[
                         period=period,
                     ),
                 ),
-                ("cleanup", lambda: clean_period(ledger, clock, period, delivery.cleanup_mode)),
+                (
+                    "cleanup",
+                    lambda: clean_period(
+                        ledger, clock, period, delivery.cleanup_mode, executor=run
+                    ),
+                ),
             ]
             try:
                 for phase, step in steps:

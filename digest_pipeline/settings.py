@@ -79,7 +79,7 @@ INT_RANGES: dict[str, tuple[int, int]] = {
     "DIGEST_SMTP_PORT": (1, 65_535),
     # consecutive same-code failures that stop a delivery run; 0 turns the breaker off
     "DIGEST_BREAKER_THRESHOLD": (0, 1_000_000),
-    # processes delivering one batch step's items (services/helpers.py): one per core at most
+    # processes delivering one batch step's items (runtime/helpers.py): one per core at most
     "DIGEST_DELIVERY_PROCESSES": (1, 64),
     "DIGEST_SERVE_MAX_CONNECTIONS": (1, 100_000),
 }

@@ -17,6 +17,7 @@ from digest_pipeline.adapters.sql.ledger import SqlLedger
 from digest_pipeline.domain.policy import DeliveryPolicy
 from digest_pipeline.domain.retry import RandomSource
 from digest_pipeline.ports import Clock, Composer, Ledger, Mailer
+from digest_pipeline.runtime.executor import executor_for
 from digest_pipeline.services.deliver import Deliverer
 from digest_pipeline.settings import Settings
 
@@ -75,4 +76,5 @@ def build_deliverer(
         policy=policy,
         rand=rand if rand is not None else random.Random().random,
         owner=owner,
+        executor=executor_for(ledger),
     )

@@ -45,7 +45,9 @@ from digest_pipeline.rigs.seeding import email_of as email_of
 from digest_pipeline.rigs.seeding import key_of as key_of
 from digest_pipeline.rigs.seeding import row_title as row_title
 from digest_pipeline.rigs.seeding import seed_period as seed_period
-from digest_pipeline.services.deliver import Deliverer, DeliveryReport, deliver_due
+from digest_pipeline.runtime.executor import executor_for
+from digest_pipeline.services.deliver import Deliverer, deliver_due
+from digest_pipeline.services.wave import DeliveryReport
 from digest_pipeline_tests.fakes import FakeComposer, FakeLedger
 
 
@@ -95,6 +97,7 @@ def make_deliverer(
         policy=policy if policy is not None else DeliveryPolicy(),
         rand=rand,
         owner=owner,
+        executor=executor_for(ledger),
     )
 
 

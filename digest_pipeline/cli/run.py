@@ -30,8 +30,8 @@ from digest_pipeline.cli.secrets import require_link_settings
 from digest_pipeline.domain.periods import Period
 from digest_pipeline.domain.states import CLAIMABLE, DeliveryState
 from digest_pipeline.instance import prepare_home, storage_block
+from digest_pipeline.runtime.helpers import allow_forks_beside, between_forks
 from digest_pipeline.services import late
-from digest_pipeline.services.helpers import allow_forks_beside, between_forks
 from digest_pipeline.services.metrics import period_metrics
 
 JOB = "weekly_digest_job"

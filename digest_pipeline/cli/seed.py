@@ -14,6 +14,7 @@ from digest_pipeline.cli.context import (
     parse_period,
     table,
 )
+from digest_pipeline.runtime.executor import executor_for
 from digest_pipeline.services.content import generate_content
 from digest_pipeline.services.snapshot import take_snapshot
 
@@ -58,8 +59,15 @@ def run_seed(ctx: Context, args: argparse.Namespace) -> int:
     )
     if period is not None:
         source, ledger = SqlCustomerSource(ctx.engine), ctx.ledger
-        snap = take_snapshot(source, ledger, ctx.clock, period, run_id=f"cli-seed-{uuid.uuid4()}")
-        content = generate_content(source, ledger, period)
+        snap = take_snapshot(
+            source,
+            ledger,
+            ctx.clock,
+            period,
+            run_id=f"cli-seed-{uuid.uuid4()}",
+            executor=executor_for(ledger),
+        )
+        content = generate_content(source, ledger, period, executor=executor_for(ledger))
         ctx.write()
         table(
             ctx,

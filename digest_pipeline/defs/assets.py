@@ -16,6 +16,7 @@ from digest_pipeline.defs.report import period_metadata, this_run, with_partitio
 from digest_pipeline.defs.resources import DeliveryResource
 from digest_pipeline.domain.periods import Period
 from digest_pipeline.ports import Clock, Composer, CustomerSource, Ledger
+from digest_pipeline.runtime.executor import executor_for
 from digest_pipeline.services.cleanup import clean_period
 from digest_pipeline.services.content import generate_content
 from digest_pipeline.services.enqueue import enqueue_period
@@ -51,7 +52,9 @@ def eligibility_snapshot(
     if (line := week_refusal(context, ledger, composer, clock, settings, period)) is not None:
         refuse_week(context, period, "eligibility_snapshot", line)
         return None
-    report = take_snapshot(customer_source, ledger, clock, period, context.run.run_id)
+    report = take_snapshot(
+        customer_source, ledger, clock, period, context.run.run_id, executor=executor_for(ledger)
+    )
     note = (
         f"Re-run: reused the snapshot frozen by run {report.selection_run_id}."
         if report.reused
@@ -94,7 +97,7 @@ def digest_content(
     each id with the fields that failed (the `catalogue_products_valid` check warns about them).
     """
     period = Period.parse(context.partition_key)
-    report = generate_content(customer_source, ledger, period)
+    report = generate_content(customer_source, ledger, period, executor=executor_for(ledger))
     snapshot = ledger.snapshot(period)
     week = content_totals(ledger, period, snapshot.eligible_count if snapshot else 0)
     # only when there are some: a clean catalogue's metadata carries no exclusion entries
@@ -160,7 +163,9 @@ def digest_cleanup(
     """
     period = Period.parse(context.partition_key)
     with refused():  # a changed snapshot: the step fails with its line, nothing is cleaned
-        report = clean_period(ledger, clock, period, delivery.settings().cleanup_mode)
+        report = clean_period(
+            ledger, clock, period, delivery.settings().cleanup_mode, executor=executor_for(ledger)
+        )
     held_back = {
         f"held_back_{reason.removeprefix('not_sent:')}": n
         for reason, n in sorted(report.held_back.items())

@@ -31,7 +31,7 @@ from digest_pipeline.defs.resources import DeliveryResource
 from digest_pipeline.domain.periods import Period
 from digest_pipeline.domain.states import DeliveryState
 from digest_pipeline.ports import Clock, Composer, Ledger, Mailer
-from digest_pipeline.services.helpers import deliver_in_processes
+from digest_pipeline.runtime.helpers import deliver_in_processes
 from digest_pipeline.services.metrics import period_metrics
 from digest_pipeline.services.reconcile import reconcile_period
 from digest_pipeline.wiring import build_deliverer

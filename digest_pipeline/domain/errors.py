@@ -70,7 +70,7 @@ class LedgerMismatch(DigestError):
 
 
 class DeliveryHelperFailed(DigestError):
-    """A delivery helper process (`services.helpers`) failed or ended without its report."""
+    """A delivery helper process (`runtime.helpers`) failed or ended without its report."""
 
 
 class PossibleDuplicateRefused(ReplayRefused):

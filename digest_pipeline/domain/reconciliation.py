@@ -28,7 +28,7 @@ from digest_pipeline.domain.model import (
 from digest_pipeline.domain.policy import DeliveryPolicy
 from digest_pipeline.domain.retry import DeadLetterReason
 from digest_pipeline.domain.states import DeliveryState
-from digest_pipeline.domain.transitions import move, unknown_expired
+from digest_pipeline.domain.transitions import move, resend_through_other_mailer, unknown_expired
 
 
 class Evidence(StrEnum):
@@ -81,6 +81,19 @@ def already_confirmed(
         now,
         provider_message_id=attempt.provider_message_id,
         **_reconciled(Evidence.LEDGER_ATTEMPT, actor),
+    )
+
+
+def instead_of_resending(
+    claim: Claim, history: Sequence[Attempt], mailer: str, now: datetime, actor: str
+) -> Transition | None:
+    """What a claim with earlier attempts records instead of a send, or None when it may be sent.
+
+    An earlier attempt confirmed late is recorded as `sent` (`already_confirmed`); a resend only
+    another mailer's deduplication makes safe goes back to `unknown` (`resend_through_other_mailer`).
+    """
+    return already_confirmed(claim, history, now, actor) or resend_through_other_mailer(
+        claim, history, mailer, now
     )
 
 

@@ -2,14 +2,20 @@
 
 Every port has a real adapter under `adapters/` and a hand-written fake in the tests; the
 contract suite runs the same assertions over both. `outside` holds the ports to the world
-beyond the ledger, `ledger_roles` the ledger's role ports and `ledger` their aggregate.
+beyond the ledger, `ledger_roles` the ledger's role ports, `feedback` the store `digest serve`
+records into and `ledger` the roles' aggregate. Services import those modules, not this package,
+which would bring the aggregate with it.
 """
 
-from digest_pipeline.ports.ledger import FeedbackStore, Ledger
+from digest_pipeline.ports.feedback import FeedbackStore
+from digest_pipeline.ports.ledger import Ledger
 from digest_pipeline.ports.ledger_roles import (
     AuditTrail,
     Cleaner,
+    ContentBacklog,
     ContentStore,
+    HasSecretFingerprints,
+    HasSendBudget,
     ReadModel,
     SecretFingerprints,
     SendBudget,
@@ -24,9 +30,12 @@ __all__ = [
     "Cleaner",
     "Clock",
     "Composer",
+    "ContentBacklog",
     "ContentStore",
     "CustomerSource",
     "FeedbackStore",
+    "HasSecretFingerprints",
+    "HasSendBudget",
     "Ledger",
     "Mailer",
     "ReadModel",

@@ -1,12 +1,14 @@
 """The ledger's role ports: each a part of what the ledger records, used on its own by a service.
 
-The SQL ledger implements every one; the contract suite runs the same assertions over it and the
-tests' fake.
+They are structural (`Protocol`s), so a service names only the roles it uses and any ledger
+with those methods serves it. The SQL ledger and the tests' fake subclass every one explicitly,
+so a missing method fails when they are made; the contract suite holds the two to the same tests.
 """
 
-from abc import ABC, abstractmethod
+from abc import abstractmethod
 from collections.abc import Collection, Iterable, Iterator, Sequence
 from datetime import datetime, timedelta
+from typing import Protocol
 
 from digest_pipeline.domain.errors import DigestError
 from digest_pipeline.domain.failures import SendOutcome
@@ -42,7 +44,7 @@ from digest_pipeline.domain.states import DeliveryState
 from digest_pipeline.domain.timing import ItemTimeSummary, summarize_item_times
 
 
-class SnapshotStore(ABC):
+class SnapshotStore(Protocol):
     """The frozen eligibility selection of each period and the addresses it froze."""
 
     @abstractmethod
@@ -79,7 +81,7 @@ class SnapshotStore(ABC):
         """The address frozen for each key's customer in its period; keys without one are absent."""
 
 
-class ContentStore(ABC):
+class ContentStore(Protocol):
     """The generated digest rows of each operation key, until cleanup removes them."""
 
     @abstractmethod
@@ -116,10 +118,13 @@ class ContentStore(ABC):
             ValueError: a row's key is not among `keys`; nothing changes.
             NotImplementedError: this ledger cannot replace rows.
         """
-        raise NotImplementedError(f"{type(self).__name__} cannot replace digest rows")
+        # More than a bare raise: type checkers take a protocol method whose body is only one as
+        # abstract, and this one must not be.
+        kind = type(self).__name__
+        raise NotImplementedError(f"{kind} cannot replace digest rows")
 
 
-class WorkQueue(ABC):
+class WorkQueue(Protocol):
     """The work items as a queue: enqueue, claim with a fencing token, attempt, move.
 
     Every state change is a compare-and-set on (operation key, expected state, lease token);
@@ -208,7 +213,7 @@ class WorkQueue(ABC):
         """
 
 
-class Cleaner(ABC):
+class Cleaner(Protocol):
     """Cleanup of a sent item's rows: claimed and completed atomically, at most once per key."""
 
     @abstractmethod
@@ -224,7 +229,7 @@ class Cleaner(ABC):
         """
 
 
-class ReadModel(ABC):
+class ReadModel(Protocol):
     """What status, checks, metrics, the simulator, benchmarks and chaos counts read."""
 
     @abstractmethod
@@ -314,7 +319,7 @@ class ReadModel(ABC):
         """
 
 
-class AuditTrail(ABC):
+class AuditTrail(Protocol):
     """Operator and system actions that are not moves of an item (moves carry their own note)."""
 
     @abstractmethod
@@ -322,7 +327,7 @@ class AuditTrail(ABC):
         """Appends one audit row."""
 
 
-class SecretFingerprints(ABC):
+class SecretFingerprints(Protocol):
     """The fingerprints of the secrets that signed what customers hold (design §8), per purpose.
 
     One record per purpose (domain/fingerprints.py). It is made once, by the first process
@@ -353,7 +358,7 @@ class SecretFingerprints(ABC):
         """
 
 
-class SuppressionList(ABC):
+class SuppressionList(Protocol):
     """The customers who get no more digests: one row per customer id, no address."""
 
     @abstractmethod
@@ -379,7 +384,7 @@ class SuppressionList(ABC):
         """The suppression list, by customer id."""
 
 
-class SendBudget(ABC):
+class SendBudget(Protocol):
     """The install's shared send slots and pause, per mailer identity (domain/pacing.py).
 
     It lives where every sender of the install reaches it, the ledger's database: a step's
@@ -403,3 +408,32 @@ class SendBudget(ABC):
     @abstractmethod
     def current_pause(self, mailer: str) -> Pause | None:
         """The mailer's latest pause, ended or not; None if it was never paused."""
+
+
+class ContentBacklog(Protocol):
+    """The frozen customers that content generation has still to write rows for."""
+
+    @abstractmethod
+    def iter_needing_content(self, period: Period, page: int = 5_000) -> Iterator[str]:
+        """The frozen customer ids, in order, with no live rows and no item sent or cleaned.
+
+        Streamed a page at a time, each page read once the caller is done with the one before.
+        """
+
+
+class HasSecretFingerprints(Protocol):
+    """A ledger that keeps the fingerprints of the signing secrets beside its records."""
+
+    @property
+    @abstractmethod
+    def secret_fingerprints(self) -> SecretFingerprints:
+        """The fingerprints of the signing secrets, kept in this same ledger."""
+
+
+class HasSendBudget(Protocol):
+    """A ledger that may keep the install's shared send slots and pause."""
+
+    @property
+    @abstractmethod
+    def send_budget(self) -> SendBudget | None:
+        """The install's send slots and pause in this ledger; None: unpaced, no shared pause."""

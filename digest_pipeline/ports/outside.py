@@ -5,7 +5,7 @@ Each has a real adapter under `adapters/` and a hand-written fake in the tests.
 
 from abc import ABC, abstractmethod
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from datetime import datetime
 
 from digest_pipeline.domain.catalogue import Order, Product
@@ -28,14 +28,6 @@ class Clock(ABC):
     @abstractmethod
     def now(self) -> datetime:
         """The current time, timezone-aware UTC."""
-
-    def recipe(self) -> "Callable[[], Clock] | None":
-        """How a forked helper makes the same clock (a zero-argument call); None: it cannot.
-
-        A delivery helper process (`services.helpers`) works with it; a test's clock, which
-        only this process can move, has none, so its runs stay in one process.
-        """
-        return None
 
 
 class CustomerSource(ABC):
@@ -105,10 +97,6 @@ class Mailer(ABC):
     def close(self) -> None:  # noqa: B027 - most mailers hold nothing to release
         """Releases connections; the mailer may be used again afterwards (it reconnects)."""
 
-    def recipe(self) -> "Callable[[], Mailer] | None":
-        """How a forked helper opens an equal mailer (a zero-argument call); None: it cannot."""
-        return None
-
     @property
     def identity(self) -> str:
         """Its kind and a non-secret digest of its endpoint (`domain.mailer_identity`).
@@ -135,8 +123,4 @@ class Composer(ABC):
     @property
     def compliance(self) -> Compliance | None:
         """The unsubscribe link and postal address its digests carry; None: it renders neither."""
-        return None
-
-    def recipe(self) -> "Callable[[], Composer] | None":
-        """How a forked helper makes an equal composer (a zero-argument call); None: it cannot."""
         return None

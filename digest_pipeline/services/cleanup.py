@@ -11,17 +11,23 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import partial
+from typing import Protocol
 
 from digest_pipeline.domain.chunks import chunked
 from digest_pipeline.domain.errors import DigestError, LostRace
 from digest_pipeline.domain.gate import cleanup_gate
 from digest_pipeline.domain.model import CleanupMode, CleanupReceipt, ItemLease
 from digest_pipeline.domain.periods import Period
-from digest_pipeline.ports import Clock, Ledger
+from digest_pipeline.ports.ledger_roles import Cleaner, ReadModel
+from digest_pipeline.ports.outside import Clock
+from digest_pipeline.services.executor import IN_TURN, Executor
 from digest_pipeline.services.logs import log_event
-from digest_pipeline.services.overlap import overlapped_writes
 from digest_pipeline.services.snapshot_gate import require_unchanged_snapshot
-from digest_pipeline.services.tuning import fewer_collections
+
+
+class CleanupLedger(Cleaner, ReadModel, Protocol):
+    """The items' states and tokens read, and their rows cleaned once per key."""
+
 
 #: pages whose transactions run at once over a database server: one page's statements run
 #: while this process prepares the next; more pages gain little
@@ -41,23 +47,24 @@ class CleanupReport:
 
 
 def clean_period(
-    ledger: Ledger,
+    ledger: CleanupLedger,
     clock: Clock,
     period: Period,
     mode: CleanupMode,
     *,
     page: int = 500,
     in_flight: int = IN_FLIGHT,
+    executor: Executor = IN_TURN,
 ) -> CleanupReport:
     """Cleans every `sent` item of the period, `page` items a transaction; safe to run again.
 
-    Over a database server (`Ledger.out_of_process`), up to `in_flight` pages' transactions
+    With the runtime's executor over a database server, up to `in_flight` pages' transactions
     run at once on their own threads while this one reads and gates the next page: a page's
     transaction is mostly the server's work (moving rows, a new version of each item in every
     index), the reading and gating mostly this process's, so they overlap. Pages hold disjoint
     keys, and each transaction locks its own items first, so the once-per-key rule holds as it
-    does for cleaners in different processes. On SQLite each page's transaction is waited for
-    before the next page is read.
+    does for cleaners in different processes. On SQLite (or `IN_TURN`) each page's transaction
+    is waited for before the next page is read.
 
     Raises:
         SnapshotTampered: the period's frozen snapshot changed after the freeze; nothing was
@@ -69,8 +76,8 @@ def clean_period(
     require_unchanged_snapshot(ledger, period, clock.now())
     report = CleanupReport()
     with (
-        fewer_collections(),
-        overlapped_writes(in_flight, ledger.out_of_process, "cleanup") as writes,
+        executor.bulk(),
+        executor.writes(in_flight, "cleanup") as writes,
     ):
         # The gate decides item by item (a page at a time); the ledger then cleans the page's
         # open items in one transaction and enforces the same rule itself.

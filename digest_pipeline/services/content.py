@@ -21,16 +21,22 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Protocol
 
 from digest_pipeline.domain.catalogue import Order, PickPlan, ProductProblem, digest_rows_for
 from digest_pipeline.domain.chunks import chunked
 from digest_pipeline.domain.errors import SnapshotMissing
 from digest_pipeline.domain.model import DigestRow
 from digest_pipeline.domain.periods import OperationKey, Period
-from digest_pipeline.ports import CustomerSource, Ledger
+from digest_pipeline.ports.ledger_roles import ContentBacklog, ContentStore, SnapshotStore
+from digest_pipeline.ports.outside import CustomerSource
+from digest_pipeline.services.executor import IN_TURN, Executor
 from digest_pipeline.services.logs import log_event
-from digest_pipeline.services.overlap import overlapped_writes
-from digest_pipeline.services.tuning import fewer_collections
+
+
+class ContentLedger(SnapshotStore, ContentStore, ContentBacklog, Protocol):
+    """The frozen selection, who of it still needs rows, and the rows written for them."""
+
 
 #: customers per chunk: large enough that per-chunk queries are few, small enough that a chunk's
 #: orders and rows (a few megabytes) do not show in the process's peak
@@ -120,12 +126,13 @@ def plan_content(
 
 def generate_content(
     source: CustomerSource,
-    ledger: Ledger,
+    ledger: ContentLedger,
     period: Period,
     *,
     picks_per_customer: int = 4,
     lookback: timedelta = LOOKBACK,
     chunk: int = CHUNK,
+    executor: Executor = IN_TURN,
 ) -> ContentReport:
     """Stores the digest rows of every frozen customer of `period` who needs them.
 
@@ -149,11 +156,11 @@ def generate_content(
         raise SnapshotMissing(f"period {period} has no frozen eligibility snapshot")
     customers = empty = 0
     written: list[int] = []
-    # Over a database server a chunk's rows are written while the next chunk is read and
-    # picked (services/overlap.py); one write in flight keeps one extra chunk in memory.
+    # With the runtime's executor over a database server, a chunk's rows are written while the
+    # next chunk is read and picked; one write in flight keeps one extra chunk in memory.
     with (
-        fewer_collections(),
-        overlapped_writes(WRITES_IN_FLIGHT, ledger.out_of_process, "content") as writes,
+        executor.bulk(),
+        executor.writes(WRITES_IN_FLIGHT, "content") as writes,
     ):
         content = plan_content(source, period, lookback)
         for ids in chunked(ledger.iter_needing_content(period, page=chunk), chunk):

@@ -1,13 +1,11 @@
-"""The delivery gate: claim due items, record each attempt before the send, record its outcome.
+"""Deliver this week's due items: each claim checked, its attempt recorded, sent, its outcome recorded.
 
 The outcome's failure class decides the next state through `domain.retry.decide`, and the result
-is written with a compare-and-set on the fencing token. Work goes in waves of at most
-`concurrency` items: one transaction records the wave's attempts as started, the sends run in
-parallel (a remote mailer's on a pool; a local one's in turn on this thread), one transaction
-records their outcomes; so at most `concurrency` sends are ever open per worker, and the ledger
-sees a few statements per wave instead of several per item. A worker
-returns only after every claim it took has a recorded terminal state, retry schedule or
-`unknown`.
+is written with a compare-and-set on the fencing token. Claims go in waves (services/wave.py):
+one ledger call records a wave's attempts as started before any of its sends, one records their
+outcomes. The executor the worker is handed (`digest_pipeline.runtime`) decides how many waves
+are in flight and on which threads; a worker returns only after every claim it took has a
+recorded terminal state, retry schedule or `unknown`.
 
 Two gates stop a run before it does harm. A period whose frozen snapshot changed after the freeze
 is refused before its items are claimed (`SnapshotTampered`; a claim of one found later is given
@@ -16,17 +14,13 @@ at the breaker's threshold (`BreakerOpen`, domain/breaker.py) and leaves the res
 """
 
 import logging
-from collections import Counter, deque
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
-from contextlib import nullcontext
 from dataclasses import dataclass, field
 from datetime import datetime
 
 from digest_pipeline.domain.bounces import hard_bounce
-from digest_pipeline.domain.breaker import Breaker, as_retryable
+from digest_pipeline.domain.breaker import as_retryable
 from digest_pipeline.domain.errors import (
-    BreakerOpen,
     DigestError,
     LostRace,
     RenderError,
@@ -41,125 +35,50 @@ from digest_pipeline.domain.model import (
     Message,
     Transition,
 )
-from digest_pipeline.domain.periods import OperationKey, Period
+from digest_pipeline.domain.periods import Period
 from digest_pipeline.domain.policy import DeliveryPolicy
-from digest_pipeline.domain.reconciliation import already_confirmed
+from digest_pipeline.domain.reconciliation import instead_of_resending
 from digest_pipeline.domain.retry import (
     RandomSource,
 )
-from digest_pipeline.domain.states import DeliveryState, NotRecorded, Settled
+from digest_pipeline.domain.states import DeliveryState, Settled
 from digest_pipeline.domain.transitions import (
     after_attempt,
     before_send,
     release,
     requeue_unstarted,
-    resend_through_other_mailer,
 )
-from digest_pipeline.domain.waves import AHEAD_WAVES, wave_shape
-from digest_pipeline.ports import Clock, Composer, Ledger, Mailer
+from digest_pipeline.ports.outside import Clock, Composer, Mailer
 from digest_pipeline.services import late
 from digest_pipeline.services.evidence import RECONCILE_ACTOR
+from digest_pipeline.services.executor import DeliveryExecutor, DueRun, Pace, WorkerLedger
 from digest_pipeline.services.logs import log_event
-from digest_pipeline.services.pacing import Pacer, pacer_for
 from digest_pipeline.services.snapshot_gate import snapshot_refusal
-from digest_pipeline.services.tuning import fewer_collections, prompt_handover
-
-LOST_RACE = NotRecorded.LOST_RACE
-RELEASED = NotRecorded.RELEASED
-
-
-@dataclass
-class DeliveryReport:
-    """What one worker did: claims taken and the state each ended in."""
-
-    claimed: int = 0
-    outcomes: Counter[str] = field(default_factory=Counter)
-    #: claims whose compare-and-set lost to another worker or the lease sweeper
-    lost_races: int = 0
-    #: claims given back due without an attempt: of a refused period, or after the breaker opened
-    released: int = 0
-    #: never-claimed items of suppressed customers, cancelled before the run claimed anything
-    suppressed: int = 0
-
-    def count(self, states: Sequence[Settled]) -> None:
-        for state in states:
-            if state == LOST_RACE:
-                self.lost_races += 1
-            elif state == RELEASED:
-                self.released += 1
-            else:
-                self.outcomes[state] += 1
-
-    def add(self, other: "DeliveryReport") -> None:
-        """Adds another run's counts to these."""
-        self.claimed += other.claimed
-        self.outcomes.update(other.outcomes)
-        self.lost_races += other.lost_races
-        self.released += other.released
-        self.suppressed += other.suppressed
-
-
-@dataclass(frozen=True)
-class Content:
-    """What messages are made of, read for many claims at once: addresses and rows by key."""
-
-    recipients: dict[OperationKey, str]
-    rows: dict[OperationKey, list[DigestRow]]
-
-
-@dataclass(frozen=True)
-class _Started:
-    """A claim whose attempt is recorded as started, with its delivery window's close."""
-
-    claim: Claim
-    ticket: AttemptTicket
-    closes_at: datetime | None
-
-
-@dataclass
-class Wave:
-    """Claims on their way through one wave: settled before sending, or started and sending."""
-
-    claims: list[Claim]
-    settled: dict[int, Settled]
-    #: claims to start, with their window close and their message (or the failure instead)
-    pending: list[tuple[int, Claim, datetime | None, Message | SendOutcome]] = field(
-        default_factory=list
-    )
-    started: list[tuple[int, _Started]] = field(default_factory=list)
-    #: the started claims' messages (or failures instead) not yet handed to `dispatch`
-    unsent: list[Message | SendOutcome] = field(default_factory=list)
-    #: each started claim's send: a pool's future, or the outcome of one that ran inline
-    sends: list[Future[SendOutcome] | SendOutcome] = field(default_factory=list)
-    #: the started claims' outcomes, in order, once the sends are done (`Deliverer.collect`)
-    outcomes: list[SendOutcome] = field(default_factory=list)
-    #: periods whose claims were given back unsent because the snapshot changed, with the line
-    refused: dict[Period, str] = field(default_factory=dict)
-
-    def states(self) -> list[Settled]:
-        """Each claim's state, in the order the claims came (once the wave is recorded)."""
-        return [self.settled[i] for i in range(len(self.claims))]
-
-
-def _outcome(send: Future[SendOutcome] | SendOutcome) -> SendOutcome:
-    return send if isinstance(send, SendOutcome) else send.result()
-
-
-def _finished(send: Future[SendOutcome] | SendOutcome) -> bool:
-    return isinstance(send, SendOutcome) or send.done()
+from digest_pipeline.services.wave import (
+    LOST_RACE,
+    RELEASED,
+    Content,
+    DeliveryReport,
+    SendPool,
+    Started,
+    Wave,
+    outcome_of,
+)
 
 
 @dataclass(frozen=True)
 class Deliverer:
     """Everything one delivery worker needs; `deliver_due` runs it over the due items."""
 
-    ledger: Ledger
+    ledger: WorkerLedger
     mailer: Mailer
     composer: Composer
     clock: Clock
     policy: DeliveryPolicy
     rand: RandomSource
     owner: str
+    #: how the waves run: threads, overlap and process tuning (`digest_pipeline.runtime`)
+    executor: DeliveryExecutor
     #: each period's window close (late grants included), read once per worker
     _closes: dict[Period, datetime] = field(default_factory=dict, compare=False, repr=False)
     #: each period's snapshot verdict (None: unchanged) and when it was read
@@ -167,12 +86,11 @@ class Deliverer:
         default_factory=dict, compare=False, repr=False
     )
     #: the install's pace and pause, shared through the ledger (None: a ledger that keeps none)
-    pacer: Pacer | None = field(init=False, compare=False, repr=False)
+    pacer: Pace | None = field(init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(
-            self, "pacer", pacer_for(self.ledger, self.mailer, self.policy, self.clock)
-        )
+        pace = self.executor.pace(self.ledger, self.mailer, self.policy, self.clock)
+        object.__setattr__(self, "pacer", pace)
 
     def paused(self) -> SendingPaused | None:
         """The stop of a run that a pause longer than a send may wait for holds, or None."""
@@ -285,14 +203,14 @@ class Deliverer:
         """Waits for the wave's sends; their outcomes, as they will be recorded, go on `wave`."""
         # A credential refusal is the sender's configuration, not the customer's fault: it is
         # recorded as transient (retried), never `failed` (domain/breaker.py).
-        wave.outcomes = [as_retryable(_outcome(f)) for f in wave.sends]
+        wave.outcomes = [as_retryable(outcome_of(f)) for f in wave.sends]
         return wave
 
     def exchange(
         self,
         record: Sequence[Wave],
         start: Sequence[Wave],
-        pool: ThreadPoolExecutor | None,
+        pool: SendPool | None,
         now: datetime,
         *,
         send: bool = True,
@@ -326,13 +244,13 @@ class Deliverer:
                 if isinstance(ticket, DigestError):
                     w.settled[i] = self._release(claim, ticket)
                     continue
-                w.started.append((i, _Started(claim, ticket, closes_at)))
+                w.started.append((i, Started(claim, ticket, closes_at)))
                 w.unsent.append(message)
             w.pending = []
         if send:
             self.dispatch(start, pool)
 
-    def dispatch(self, started: Sequence[Wave], pool: ThreadPoolExecutor | None) -> None:
+    def dispatch(self, started: Sequence[Wave], pool: SendPool | None) -> None:
         """Sends the waves' started claims, in order: on `pool`, or here when it is None."""
         for w in started:
             for message in w.unsent:
@@ -351,16 +269,12 @@ class Deliverer:
         """
         item = claim.item
         closes_at = None if item.replayed_at is not None else self.closes_at(item.period)
-        if (instead := before_send(claim, closes_at, now, self.policy)) is not None:
-            return self._record(claim, instead)
-        if item.attempts:
+        instead = before_send(claim, closes_at, now, self.policy)
+        if instead is None and item.attempts:
             history = self.ledger.attempts(claim.key)
-            if (confirmed := already_confirmed(claim, history, now, RECONCILE_ACTOR)) is not None:
-                return self._record(claim, confirmed)
-            elsewhere = resend_through_other_mailer(claim, history, self.mailer.identity, now)
-            if elsewhere is not None:
-                return self._record(claim, elsewhere)
-        return closes_at
+            identity = self.mailer.identity
+            instead = instead_of_resending(claim, history, identity, now, RECONCILE_ACTOR)
+        return closes_at if instead is None else self._record(claim, instead)
 
     def _release(self, claim: Claim, lost: DigestError) -> Settled:
         """A claim whose lease ran out before its attempt started goes back to the queue.
@@ -488,295 +402,6 @@ class Deliverer:
         return transition.target
 
 
-@dataclass
-class _Run:
-    """One `deliver_due` run: the waves in flight, the claims not yet launched, the breaker."""
-
-    deliverer: Deliverer
-    period: Period | None
-    breaker: Breaker
-    size: int
-    depth: int
-    #: items one claim takes (`deliver_due`'s `batch_size`)
-    claim: int
-    #: claims this run may take in all (None: no cap)
-    max_items: int | None
-    #: asked before each claim; False ends the run's claiming
-    should_continue: Callable[[], bool]
-    done: DeliveryReport = field(default_factory=DeliveryReport)
-    in_flight: deque[Wave] = field(default_factory=deque)
-    queued: deque[Claim] = field(default_factory=deque)
-    content: Content = field(default_factory=lambda: Content({}, {}))
-    #: why the run stops early: a refused period or the open breaker
-    stop: DigestError | None = None
-    #: the next wave, composed while the ledger recorded the last exchange or while every slot
-    #: was sending; it starts when a slot is free
-    ready: Wave | None = None
-    #: a local mailer's run over a database server: the thread each exchange's ledger call runs
-    #: on while this one composes the next wave (a remote mailer's run composes while its sends
-    #: are out instead)
-    ledger_thread: ThreadPoolExecutor | None = None
-    #: any run over a database server: the thread the next claim is taken on (`claim_ahead`),
-    #: with its own connection
-    claim_thread: ThreadPoolExecutor | None = None
-    #: the next claim and its content, taken while the queue's last waves are composed and
-    #: started; taken up when the queue is empty
-    claiming: Future[tuple[list[Claim], Content]] | None = None
-
-    #: no more claims this run: nothing came, `max_items` was reached or `should_continue` said so
-    drained: bool = False
-
-    def open_attempts(self, fresh: Sequence[Wave] = ()) -> int:
-        """Attempts started (or about to start, in `fresh`) whose outcomes are not recorded."""
-        return sum(len(w.started) for w in self.in_flight) + sum(len(w.pending) for w in fresh)
-
-    def collect(self, block: bool) -> list[Wave]:
-        """Takes the finished waves off the front of the flight and feeds the breaker.
-
-        The oldest (waited for when `block`), then every one after it whose sends are all
-        done; their outcomes are recorded by the next exchange.
-        """
-        taken: list[Wave] = []
-        while self.in_flight and (
-            (block and not taken) or all(_finished(f) for f in self.in_flight[0].sends)
-        ):
-            wave = self.deliverer.collect(self.in_flight.popleft())
-            taken.append(wave)
-            for outcome in wave.outcomes:
-                self.breaker.record(outcome)
-            if self.stop is not None:
-                continue
-            if wave.refused:
-                refused, why = next(iter(wave.refused.items()))
-                self.stop = SnapshotTampered(why, str(refused))
-            elif (paused := self.deliverer.paused()) is not None:
-                self.stop = paused
-            elif self.breaker.open:
-                where = "" if self.period is None else f"period {self.period}: "
-                self.stop = BreakerOpen(where + self.breaker.reason())
-        return taken
-
-    def room(self) -> int:
-        """Items the next claim may take, before the breaker's bound; 0, and drained, if none."""
-        room = (
-            self.claim
-            if self.max_items is None
-            else min(self.claim, self.max_items - self.done.claimed)
-        )
-        if room > 0 and self.stop is None and (paused := self.deliverer.paused()) is not None:
-            # nothing is claimed while a pause lasts longer than a send may wait
-            self.stop = paused
-        if room <= 0 or self.stop is not None or not self.should_continue():
-            self.drained = True
-            return 0
-        return room
-
-    def take(self, room: int, fresh: Sequence[Wave]) -> bool:
-        """Claims up to `room` due items (fewer if the breaker says so); False if none came."""
-        bound = self.breaker.room(self.open_attempts(fresh))
-        if bound is not None:
-            room = min(room, bound)
-        if room <= 0:
-            return False
-        return self.taken(*self.claim_with_content(room))
-
-    def claim_with_content(self, room: int) -> tuple[list[Claim], Content]:
-        """Claims up to `room` due items and reads their content; runs on either thread."""
-        d = self.deliverer
-        if self.period is not None:
-            d.require_snapshot(self.period)  # cached; re-read at most once a lease
-        claims = d.ledger.claim_due(d.clock.now(), d.owner, d.policy.lease, room, self.period)
-        return claims, d.content(claims) if claims else Content({}, {})
-
-    def taken(self, claims: list[Claim], content: Content) -> bool:
-        """Queues a claim's items; False, and drained, if it took none."""
-        if not claims:
-            self.drained = True
-            return False
-        self.done.claimed += len(claims)
-        self.content = content
-        self.queued.extend(claims)
-        return True
-
-    def take_claimed_ahead(self, claiming: Future[tuple[list[Claim], Content]]) -> bool:
-        """Queues the claim taken ahead (waiting for it, or raising its error); False if none came.
-
-        Only an empty queue takes it up, after the wave composed ahead was started or put back,
-        so no queued claim needs the content it replaces.
-        """
-        self.claiming = None
-        return self.taken(*claiming.result())
-
-    def refill(self, fresh: Sequence[Wave]) -> bool:
-        """Claims the next batch once the queue is empty; False if there is nothing to take."""
-        if self.queued:
-            return True
-        if self.claiming is not None:
-            return self.take_claimed_ahead(self.claiming)
-        if self.drained:
-            return False
-        room = self.room()
-        return room > 0 and self.take(room, fresh)
-
-    def claim_ahead(self, opened: int, left: int) -> None:
-        """Hands the next claim to the claim thread once at most `AHEAD_WAVES` waves are queued.
-
-        `left`: the claims still queued once the wave being composed is out. The claim runs
-        there, on its own connection, while this thread composes and the last waves send or
-        record, instead of standing between waves; it is taken up when the queue is empty.
-        Started with a wave or less left, it would still be being taken when the queue empties,
-        and the step would wait for it. A crash can strand that claim's
-        leases, the waves still queued and the wave composed ahead, never started; they come
-        back due when the leases run out. Not while the breaker bounds the room: its streak
-        decides how much to claim.
-        """
-        if (
-            self.claim_thread is None
-            or self.claiming is not None
-            or self.drained
-            or left > AHEAD_WAVES * self.size
-            or self.breaker.room(opened) is not None
-        ):
-            return
-        if (room := self.room()) > 0:
-            self.claiming = self.claim_thread.submit(self.claim_with_content, room)
-
-    def next_wave(self, open_attempts: int, now: datetime) -> Wave | None:
-        """Prepares the next wave of queued claims, as large as the breaker allows; None if none.
-
-        `open_attempts`: attempts started or about to start whose outcomes are not recorded.
-        """
-        bound = self.breaker.room(open_attempts)
-        n = min(self.size, len(self.queued), self.size if bound is None else bound)
-        if n <= 0:
-            return None
-        claims = [self.queued.popleft() for _ in range(n)]
-        return self.deliverer.prepare(claims, now, self.content)
-
-    def step(self, pool: ThreadPoolExecutor | None) -> bool:
-        """Records the finished waves and starts the next in one ledger call; False when done.
-
-        With every slot taken it composes the next wave from the queued claims, then waits for
-        the oldest. When sends are fast, several waves finish together and their outcomes go
-        into one exchange; when they are slow, one does. Each exchange starts one wave.
-        """
-        full = len(self.in_flight) == self.depth
-        if full and self.stop is None and self.queued and self.ready is None:
-            # Compose the next wave while the flight's sends run, so the slot that frees first
-            # waits only for the ledger; once few waves are left, the next claim is taken ahead.
-            # Its size is the breaker's room now; outcomes recorded before it starts can start a
-            # streak that bounds the room, so it is checked again then.
-            self.ready = self.next_wave(self.open_attempts(), self.deliverer.clock.now())
-            self.claim_ahead(self.open_attempts(), len(self.queued))
-        record = self.collect(block=full)
-        now = self.deliverer.clock.now()
-        fresh: list[Wave] = []
-        if self.ready is not None:
-            ready, self.ready = self.ready, None
-            room = self.breaker.room(self.open_attempts())
-            if (
-                self.stop is None
-                and self.deliverer.still_sendable(ready, now)
-                and (room is None or len(ready.pending) <= room)
-            ):
-                fresh.append(ready)
-            else:
-                # stopped, a window or a dedupe guarantee ran out while it waited, or the
-                # outcomes recorded since it was composed started a streak the breaker now
-                # bounds: its claims queue again, to be given back or prepared afresh
-                self.put_back(ready)
-        if self.stop is None and not fresh and len(self.in_flight) < self.depth:
-            # One wave an exchange, sent as soon as it is started: waves composed together
-            # would start, end and be recorded together, every slot idle while the next ones
-            # are composed.
-            # None: the breaker holds it back until the outcomes in flight are in.
-            wave = self.next_wave(self.open_attempts(), now) if self.refill(fresh) else None
-            if wave is not None:
-                fresh.append(wave)
-                self.claim_ahead(self.open_attempts(fresh), len(self.queued))
-        if not record and not fresh:
-            if not self.in_flight:
-                return False
-            # nothing can start before an outcome is in: wait for the oldest wave
-            record = self.collect(block=True)
-        self.exchange(record, fresh, pool, now, ahead=True)
-        return True
-
-    def exchange(
-        self,
-        record: list[Wave],
-        fresh: list[Wave],
-        pool: ThreadPoolExecutor | None,
-        now: datetime,
-        *,
-        ahead: bool = False,
-    ) -> None:
-        """One ledger call for the collected and the prepared waves; counts the recorded.
-
-        With `ahead` and a ledger thread, the ledger call runs there while this thread composes
-        the next wave from the queued claims (`ready`), then sends: the worker's Python and the
-        database's work overlap instead of taking turns. Nothing else touches the waves meanwhile, and the
-        breaker's room counts the waves being started as open, as `step`'s own composing does.
-        """
-        d = self.deliverer
-        more = self.queued or self.claiming is not None
-        if not ahead or self.ledger_thread is None or self.stop is not None or not more:
-            d.exchange(record, fresh, pool, now)
-        else:
-            opened = self.open_attempts(fresh)
-            recording = self.ledger_thread.submit(d.exchange, record, fresh, pool, now, send=False)
-            # the wave composed next, below, is taken off the queue
-            self.claim_ahead(opened, len(self.queued) - (self.size if self.ready is None else 0))
-            try:
-                if self.ready is None:
-                    if not self.queued and self.claiming is not None:
-                        # the next claim's first wave is composed while the last one records
-                        self.take_claimed_ahead(self.claiming)
-                    self.ready = self.next_wave(opened, d.clock.now())
-            finally:
-                # the ledger's answer (or its error) before anything else: a compose error
-                # must not leave a wave half recorded behind this thread's back
-                recording.result()
-            # the sends run here, after their attempts are recorded: a local mailer's sends are
-            # this process's CPU (the outbox serialises each message), which the ledger thread
-            # would only take turns with
-            d.dispatch(fresh, pool)
-        for wave in record:
-            self.done.count(wave.states())
-        self.in_flight.extend(fresh)
-
-    def drain(self) -> None:
-        """Records every wave still in flight, waiting for their sends, in one exchange."""
-        record: list[Wave] = []
-        while self.in_flight:
-            record += self.collect(block=True)
-        if record:
-            self.exchange(record, [], None, self.deliverer.clock.now())
-
-    def put_back(self, wave: Wave) -> None:
-        """A wave composed but never started: its claims queue again (to be given back)."""
-        for _, claim, _, _ in reversed(wave.pending):
-            self.queued.appendleft(claim)
-        self.done.count([wave.settled[i] for i in sorted(wave.settled)])
-
-    def give_back_queued(self) -> None:
-        """Claims the run took and never attempted go back to due, as if never claimed.
-
-        A claim taken ahead is queued first: a run that stopped still holds its leases.
-        """
-        if self.claiming is not None:
-            self.take_claimed_ahead(self.claiming)
-        why = (
-            "stopped:paused"
-            if isinstance(self.stop, SendingPaused)
-            else "stopped:breaker_open"
-            if isinstance(self.stop, BreakerOpen)
-            else "stopped:refused"
-        )
-        while self.queued:
-            self.done.count([self.deliverer.give_back(self.queued.popleft(), why)])
-
-
 def deliver_due(
     deliverer: Deliverer,
     *,
@@ -811,51 +436,14 @@ def deliver_due(
         deliverer.require_snapshot(checked)
     if deliverer.pacer is not None:
         concurrency = deliverer.pacer.start_run(concurrency)
-    size, depth = wave_shape(concurrency, deliverer.mailer.capabilities.remote)
-    run = _Run(
-        deliverer,
-        period,
-        Breaker(breaker_threshold),
-        size,
-        depth,
-        batch_size,
-        max_items,
-        should_continue,
-    )
+    done = DeliveryReport()
     # a customer suppressed after the snapshot froze (or between runs) is never claimed: their
     # unclaimed items end `suppressed` before this run takes any
-    run.done.suppressed = len(deliverer.ledger.cancel_suppressed(deliverer.clock.now(), period))
-    # `depth` waves overlap: while some waves' sends are in flight, this thread records the
-    # outcomes of the wave that finished and starts the next; together they never hold more
-    # than `concurrency` open attempts; each exchange starts one wave. Over a database server,
-    # the next claim is taken on a thread of its own while the queue's last waves are composed
-    # (`_Run.claim_ahead`); on SQLite, once the queue is empty.
-    # When the breaker holds a claim or a wave back, the oldest wave in flight is recorded
-    # first: its outcomes say whether the provider takes our messages.
-    # A local mailer's send ends before the ledger could record anything (a file link, a
-    # memory write): it runs here, in turn, without a pool's future and lock for each message.
-    # With a remote mailer this thread composes while the sends are out; with a local one
-    # there is nothing out, so, over a database server, it composes while the ledger thread
-    # records and starts (with a prompt GIL handover: the ledger thread needs it between
-    # statements). The ledger thread helps a local run on PostgreSQL, and slows a
-    # remote one (whose pool threads wait for the GIL too) and any run on SQLite.
-    remote = deliverer.mailer.capabilities.remote
-    overlap = not remote and deliverer.ledger.out_of_process
-    # the claim taken ahead pays on both loops over a database server, a latency-bound run's
-    # included: the next claim is ready before the queue empties
-    ahead = deliverer.ledger.out_of_process
-    with (
-        fewer_collections(),
-        ThreadPoolExecutor(max_workers=concurrency) if remote else nullcontext() as pool,
-        prompt_handover() if overlap else nullcontext(),
-        ThreadPoolExecutor(1, "ledger") if overlap else nullcontext() as run.ledger_thread,
-        ThreadPoolExecutor(1, "claims") if ahead else nullcontext() as run.claim_thread,
-    ):
-        while run.stop is None and run.step(pool):
-            pass
-        run.drain()
-    run.give_back_queued()
-    done = run.done
+    done.suppressed = len(deliverer.ledger.cancel_suppressed(deliverer.clock.now(), period))
+    run = DueRun(
+        deliverer, period, batch_size, concurrency, max_items, should_continue, breaker_threshold
+    )
+    stop = deliverer.executor.deliver(run, done)
     if done.claimed or done.suppressed:
         log_event(
             "delivered",
@@ -868,9 +456,9 @@ def deliver_due(
         )
     if report is not None:
         report.add(done)
-    if run.stop is not None:
+    if stop is not None:
         # the caller reports the line (a failed step, `digest sweep`'s `stopped:`); a log line here
         # at a louder level would only print it twice
-        log_event("delivery_stopped", owner=deliverer.owner, why=run.stop)
-        raise run.stop
+        log_event("delivery_stopped", owner=deliverer.owner, why=stop)
+        raise stop
     return done

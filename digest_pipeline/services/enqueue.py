@@ -2,7 +2,8 @@
 
 from digest_pipeline.domain.model import EnqueueReceipt
 from digest_pipeline.domain.periods import Period
-from digest_pipeline.ports import Clock, WorkQueue
+from digest_pipeline.ports.ledger_roles import WorkQueue
+from digest_pipeline.ports.outside import Clock
 from digest_pipeline.services.logs import log_event
 
 

@@ -3,7 +3,7 @@
 from digest_pipeline.domain import reconciliation
 from digest_pipeline.domain.model import Attempt
 from digest_pipeline.domain.periods import OperationKey
-from digest_pipeline.ports import ReadModel
+from digest_pipeline.ports.ledger_roles import ReadModel
 
 #: the audit actor of every automatic reconciliation
 RECONCILE_ACTOR = "system:reconcile"

@@ -28,7 +28,9 @@ from digest_pipeline.domain.periods import OperationKey
 from digest_pipeline.domain.reconciliation import delivered_per_provider
 from digest_pipeline.domain.states import DeliveryState
 from digest_pipeline.domain.unsubscribe import token_matches
-from digest_pipeline.ports import Clock, FeedbackStore, ReadModel, WorkQueue
+from digest_pipeline.ports.feedback import FeedbackStore
+from digest_pipeline.ports.ledger_roles import ReadModel, WorkQueue
+from digest_pipeline.ports.outside import Clock
 from digest_pipeline.services.logs import log_event
 
 #: the audit actor of a move made on a provider event

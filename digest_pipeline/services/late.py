@@ -11,7 +11,8 @@ from digest_pipeline.domain.errors import LateWeekRefused
 from digest_pipeline.domain.model import AuditEntry
 from digest_pipeline.domain.periods import Period
 from digest_pipeline.domain.policy import DeliveryPolicy
-from digest_pipeline.ports import AuditTrail, Ledger, ReadModel
+from digest_pipeline.ports.ledger_roles import AuditTrail, ReadModel
+from digest_pipeline.services.combined_roles import PeriodReader
 from digest_pipeline.services.logs import log_event
 
 #: the audit action of an operator's late-delivery grant
@@ -27,12 +28,14 @@ def late_since(ledger: ReadModel, period: Period) -> datetime | None:
     return max(grants, default=None)
 
 
-def closes_at(ledger: Ledger, policy: DeliveryPolicy, period: Period) -> datetime:
+def closes_at(ledger: ReadModel, policy: DeliveryPolicy, period: Period) -> datetime:
     """The period's delivery window close, a late grant included."""
     return policy.closes_at(period, late_since(ledger, period))
 
 
-def refusal(ledger: Ledger, policy: DeliveryPolicy, period: Period, now: datetime) -> str | None:
+def refusal(
+    ledger: PeriodReader, policy: DeliveryPolicy, period: Period, now: datetime
+) -> str | None:
     """The one-line reason a run of the period must not start now, or None.
 
     The line says what the ledger already holds of the period: a step that refuses after
@@ -49,7 +52,7 @@ def refusal(ledger: Ledger, policy: DeliveryPolicy, period: Period, now: datetim
     return why.replace(NOTHING_RECORDED, recorded(ledger, period), 1)
 
 
-def recorded(ledger: Ledger, period: Period) -> str:
+def recorded(ledger: PeriodReader, period: Period) -> str:
     """What the ledger holds of a period no digest of which was attempted, as a clause."""
     snapshot = ledger.snapshot(period)
     items = sum(ledger.state_counts(period).values())
@@ -77,7 +80,7 @@ def grant_refusal(policy: DeliveryPolicy, period: Period, now: datetime) -> str 
 
 
 def require_deliverable(
-    ledger: Ledger, policy: DeliveryPolicy, period: Period, now: datetime
+    ledger: PeriodReader, policy: DeliveryPolicy, period: Period, now: datetime
 ) -> None:
     """Raises LateWeekRefused for a missed week; its line says what the ledger holds of it."""
     if (why := refusal(ledger, policy, period, now)) is not None:

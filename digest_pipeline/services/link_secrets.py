@@ -26,6 +26,7 @@ import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Protocol
 
 from digest_pipeline.domain.compliance import Compliance, compliance_refusal
 from digest_pipeline.domain.errors import DigestError
@@ -41,10 +42,14 @@ from digest_pipeline.domain.unsubscribe import (
     public_secret_refusal,
     short_secret_refusal,
 )
-from digest_pipeline.ports import Ledger
+from digest_pipeline.ports.ledger_roles import HasSecretFingerprints, SnapshotStore
 
 SECRET = "DIGEST_UNSUBSCRIBE_SECRET"
 PREVIOUS = "DIGEST_UNSUBSCRIBE_SECRET_PREVIOUS"
+
+
+class SecretLedger(SnapshotStore, HasSecretFingerprints, Protocol):
+    """Whether the ledger holds demo data, and the fingerprints of the secrets it signs with."""
 
 
 class SecretRefused(DigestError):
@@ -62,7 +67,7 @@ def _strength_refusal(secret: str, demo: Callable[[], bool], what: str) -> str |
 
 
 def start_refusal(
-    ledger: Ledger, secret: str, compliance: Compliance | None, now: datetime, *, what: str
+    ledger: SecretLedger, secret: str, compliance: Compliance | None, now: datetime, *, what: str
 ) -> str | None:
     """The first reason `what` must not start on `ledger`, or None when it may.
 
@@ -79,7 +84,7 @@ def start_refusal(
     return refusal or _fingerprint_refusal(ledger, secret, now, what)
 
 
-def secret_refusal(ledger: Ledger, secret: str, now: datetime, *, what: str) -> str | None:
+def secret_refusal(ledger: SecretLedger, secret: str, now: datetime, *, what: str) -> str | None:
     """Why `what` must not sign or check links with `secret` on `ledger`, or None when it may.
 
     When it may, the secret's fingerprint is the recorded one: recorded now if the ledger had
@@ -89,7 +94,7 @@ def secret_refusal(ledger: Ledger, secret: str, now: datetime, *, what: str) -> 
     return start_refusal(ledger, secret, None, now, what=what)
 
 
-def _fingerprint_refusal(ledger: Ledger, secret: str, now: datetime, what: str) -> str | None:
+def _fingerprint_refusal(ledger: SecretLedger, secret: str, now: datetime, what: str) -> str | None:
     mine = fingerprint(secret)
     record = ledger.secret_fingerprints.record_first_fingerprint(UNSUBSCRIBE, mine, now)
     if record.current == mine:
@@ -107,7 +112,7 @@ def _fingerprint_refusal(ledger: Ledger, secret: str, now: datetime, what: str) 
     )
 
 
-def require_secret(ledger: Ledger, secret: str, now: datetime, *, what: str) -> None:
+def require_secret(ledger: SecretLedger, secret: str, now: datetime, *, what: str) -> None:
     """`secret_refusal`, raised as SecretRefused."""
     refusal = secret_refusal(ledger, secret, now, what=what)
     if refusal is not None:
@@ -115,7 +120,7 @@ def require_secret(ledger: Ledger, secret: str, now: datetime, *, what: str) -> 
 
 
 def serve_secrets(
-    ledger: Ledger,
+    ledger: SecretLedger,
     secret: str,
     previous: str | None,
     now: datetime,
@@ -161,7 +166,7 @@ class Rotation:
 
 
 def rotate_secret(
-    ledger: Ledger,
+    ledger: SecretLedger,
     new: str,
     previous: str | None,
     overlap: timedelta,

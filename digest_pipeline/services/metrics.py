@@ -13,7 +13,8 @@ from digest_pipeline.domain.failures import FailureClass
 from digest_pipeline.domain.feedback import FeedbackCounts
 from digest_pipeline.domain.periods import Period
 from digest_pipeline.domain.states import DeliveryState
-from digest_pipeline.ports import Ledger
+from digest_pipeline.ports.ledger_roles import ContentBacklog, ReadModel
+from digest_pipeline.services.combined_roles import PeriodReader
 
 
 @dataclass(frozen=True)
@@ -129,7 +130,7 @@ def seconds(value: float | None) -> float | None:
     return None if value is None else round(value, 1)
 
 
-def cleanup_figures(ledger: Ledger, period: Period) -> dict[str, int | float | None]:
+def cleanup_figures(ledger: ReadModel, period: Period) -> dict[str, int | float | None]:
     """The week's figures `digest_cleanup` shows, named and rounded as `as_flat_dict` has them.
 
     Two reads (the state counts and the item times), not the whole `period_metrics`, whose
@@ -147,7 +148,7 @@ def cleanup_figures(ledger: Ledger, period: Period) -> dict[str, int | float | N
     }
 
 
-def content_totals(ledger: Ledger, period: Period, eligible: int) -> dict[str, int]:
+def content_totals(ledger: ContentBacklog, period: Period, eligible: int) -> dict[str, int]:
     """The week's content as the ledger holds it: customers with a digest written, and without.
 
     `content_customers` have live rows or were already sent (their rows may be cleaned since);
@@ -158,7 +159,7 @@ def content_totals(ledger: Ledger, period: Period, eligible: int) -> dict[str, i
     return {"content_customers": eligible - missing, "content_missing": missing}
 
 
-def period_metrics(ledger: Ledger, period: Period, now: datetime) -> PeriodMetrics:
+def period_metrics(ledger: PeriodReader, period: Period, now: datetime) -> PeriodMetrics:
     """Computes the period's metrics from the ledger."""
     snapshot = ledger.snapshot(period)
     outcomes = ledger.attempt_outcome_counts(period)

@@ -19,9 +19,10 @@ from digest_pipeline.domain.model import CleanupMode, LeaseRecovery
 from digest_pipeline.domain.periods import Period
 from digest_pipeline.services import late
 from digest_pipeline.services.cleanup import CleanupReport, clean_period
-from digest_pipeline.services.deliver import Deliverer, DeliveryReport, deliver_due
+from digest_pipeline.services.deliver import Deliverer, deliver_due
 from digest_pipeline.services.logs import log_event
 from digest_pipeline.services.reconcile import ReconcileReport, reconcile_period
+from digest_pipeline.services.wave import DeliveryReport
 
 
 class Gate(StrEnum):
@@ -169,7 +170,9 @@ def run_pass(
     if cleanup_mode is not None:
         for period in list(report.periods):
             try:
-                report.cleaned[period] = clean_period(ledger, clock, period, cleanup_mode)
+                report.cleaned[period] = clean_period(
+                    ledger, clock, period, cleanup_mode, executor=deliverer.executor
+                )
             except SnapshotTampered as e:  # changed since this pass checked it
                 report.refuse(period, str(e))
     passed(Gate.CLEAN)

@@ -19,8 +19,9 @@ from digest_pipeline.domain.periods import OperationKey, Period
 from digest_pipeline.domain.policy import DeliveryPolicy
 from digest_pipeline.domain.reconciliation import settle_unknown
 from digest_pipeline.domain.states import DeliveryState
-from digest_pipeline.ports import Clock, Ledger, Mailer
+from digest_pipeline.ports.outside import Clock, Mailer
 from digest_pipeline.services import late
+from digest_pipeline.services.combined_roles import WorkLedger
 from digest_pipeline.services.evidence import RECONCILE_ACTOR
 from digest_pipeline.services.logs import log_event
 
@@ -45,7 +46,7 @@ class ReconcileReport:
 
 
 def reconcile_period(
-    ledger: Ledger, mailer: Mailer, clock: Clock, policy: DeliveryPolicy, period: Period
+    ledger: WorkLedger, mailer: Mailer, clock: Clock, policy: DeliveryPolicy, period: Period
 ) -> ReconcileReport:
     """Settles what evidence allows among the period's `unknown` items."""
     report = ReconcileReport()

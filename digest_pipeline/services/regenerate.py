@@ -12,6 +12,7 @@ from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Protocol
 
 from digest_pipeline.domain.catalogue import ProductProblem
 from digest_pipeline.domain.chunks import chunked
@@ -19,7 +20,8 @@ from digest_pipeline.domain.model import AuditEntry, DigestRow
 from digest_pipeline.domain.periods import OperationKey, Period
 from digest_pipeline.domain.regeneration import REGENERABLE, RegenerateRefused
 from digest_pipeline.domain.states import REPLAYABLE, DeliveryState
-from digest_pipeline.ports import Clock, CustomerSource, Ledger
+from digest_pipeline.ports.ledger_roles import AuditTrail, ContentStore, ReadModel
+from digest_pipeline.ports.outside import Clock, CustomerSource
 from digest_pipeline.services.content import LOOKBACK, plan_content
 from digest_pipeline.services.logs import log_event
 
@@ -27,6 +29,10 @@ from digest_pipeline.services.logs import log_event
 CHUNK = 500
 #: keys that need a replay listed in the report (the count is always complete)
 SAMPLE = 100
+
+
+class RegenerateLedger(ReadModel, ContentStore, AuditTrail, Protocol):
+    """The never-sent items, their rows replaced under the ledger's guard, and the run's audit row."""
 
 
 @dataclass(frozen=True)
@@ -64,7 +70,7 @@ def _same(old: Sequence[DigestRow], new: Sequence[DigestRow]) -> bool:
 
 def regenerate_period(
     source: CustomerSource,
-    ledger: Ledger,
+    ledger: RegenerateLedger,
     clock: Clock,
     period: Period,
     *,

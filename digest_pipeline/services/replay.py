@@ -15,6 +15,7 @@ import logging
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
+from typing import Protocol
 
 from digest_pipeline.domain.errors import LostRace, PossibleDuplicateRefused, ReplayRefused
 from digest_pipeline.domain.mailer_identity import describe_needed, foreign_mailers
@@ -30,12 +31,18 @@ from digest_pipeline.domain.periods import OperationKey, Period
 from digest_pipeline.domain.possible_sends import unsettled_uncertain_attempts
 from digest_pipeline.domain.states import REPLAYABLE, DeliveryState
 from digest_pipeline.domain.transitions import replayed
-from digest_pipeline.ports import Clock, Ledger, Mailer, ReadModel
+from digest_pipeline.ports.ledger_roles import AuditTrail, ReadModel
+from digest_pipeline.ports.outside import Clock, Mailer
+from digest_pipeline.services.combined_roles import WorkLedger
 from digest_pipeline.services.evidence import confirmed_attempt
 from digest_pipeline.services.logs import log_event
 
 #: the hard cap per request; raising it takes an explicit argument (and flag, in the CLI)
 DEFAULT_REPLAY_CAP = 100
+
+
+class ReplayLedger(WorkLedger, AuditTrail, Protocol):
+    """The items and their history read, reopened by guarded transitions, and the audit rows."""
 
 
 class ReplayPlan(StrEnum):
@@ -175,7 +182,7 @@ def _refuse_possible_duplicates(planned: list[_Planned]) -> None:
         )
 
 
-def _act(ledger: Ledger, clock: Clock, p: _Planned, operator: str, why: str) -> ReplayPlan:
+def _act(ledger: ReplayLedger, clock: Clock, p: _Planned, operator: str, why: str) -> ReplayPlan:
     """Reopens one key as `pending` (its own transaction), or audits that it was left alone."""
     now, key = clock.now(), p.item.key
     plan = p.plan
@@ -209,7 +216,7 @@ def _act(ledger: Ledger, clock: Clock, p: _Planned, operator: str, why: str) -> 
 
 
 def replay_keys(
-    ledger: Ledger,
+    ledger: ReplayLedger,
     mailer: Mailer,
     clock: Clock,
     period: Period,

@@ -8,12 +8,13 @@ from digest_pipeline.domain.errors import ResolveRefused, UnknownWorkItem
 from digest_pipeline.domain.model import AuditNote, WorkItem
 from digest_pipeline.domain.periods import OperationKey
 from digest_pipeline.domain.transitions import resolved
-from digest_pipeline.ports import Clock, Ledger
+from digest_pipeline.ports.outside import Clock
+from digest_pipeline.services.combined_roles import WorkLedger
 from digest_pipeline.services.logs import log_event
 
 
 def resolve_unknown(
-    ledger: Ledger, clock: Clock, key: OperationKey, *, sent: bool, reason: str, operator: str
+    ledger: WorkLedger, clock: Clock, key: OperationKey, *, sent: bool, reason: str, operator: str
 ) -> WorkItem:
     """Moves an `unknown` item to `sent` or back to `retry_scheduled` (due now); audited."""
     if not reason.strip():

@@ -21,9 +21,10 @@ from datetime import datetime
 
 from digest_pipeline.domain.model import Exclusion, SnapshotEntry, exclusion, is_eligible
 from digest_pipeline.domain.periods import Period
-from digest_pipeline.ports import Clock, CustomerSource, SnapshotStore
+from digest_pipeline.ports.ledger_roles import SnapshotStore
+from digest_pipeline.ports.outside import Clock, CustomerSource
+from digest_pipeline.services.executor import IN_TURN, Executor
 from digest_pipeline.services.logs import log_event
-from digest_pipeline.services.tuning import fewer_collections
 
 
 @dataclass(frozen=True)
@@ -83,7 +84,13 @@ def count_exclusions(source: CustomerSource) -> ExclusionCount:
 
 
 def take_snapshot(
-    source: CustomerSource, ledger: SnapshotStore, clock: Clock, period: Period, run_id: str
+    source: CustomerSource,
+    ledger: SnapshotStore,
+    clock: Clock,
+    period: Period,
+    run_id: str,
+    *,
+    executor: Executor = IN_TURN,
 ) -> SnapshotReport:
     """Freezes the period's selection, or reports the one frozen before."""
     existing = ledger.snapshot(period)
@@ -116,7 +123,7 @@ def take_snapshot(
                 continue
             yield SnapshotEntry(customer.customer_id, customer.email)
 
-    with fewer_collections():
+    with executor.bulk():
         receipt = ledger.freeze_snapshot(period, run_id, clock.now(), selected())
     info = receipt.info
     log_event(

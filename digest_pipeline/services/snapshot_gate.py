@@ -12,7 +12,7 @@ from datetime import datetime
 
 from digest_pipeline.domain.errors import SnapshotTampered
 from digest_pipeline.domain.periods import Period
-from digest_pipeline.ports import Ledger, ReadModel
+from digest_pipeline.ports.ledger_roles import ReadModel
 from digest_pipeline.services.logs import log_event
 
 SNAPSHOT_UNCHANGED = "snapshot_unchanged"
@@ -36,7 +36,7 @@ def snapshot_refusal(ledger: ReadModel, period: Period, now: datetime) -> str | 
     return refusal_line(period)
 
 
-def require_unchanged_snapshot(ledger: Ledger, period: Period, now: datetime) -> None:
+def require_unchanged_snapshot(ledger: ReadModel, period: Period, now: datetime) -> None:
     """Raises SnapshotTampered (before anything is changed) for a tampered period."""
     if (why := snapshot_refusal(ledger, period, now)) is not None:
         raise SnapshotTampered(why, str(period))

@@ -10,7 +10,8 @@ from dataclasses import dataclass
 from digest_pipeline.domain.errors import DigestError
 from digest_pipeline.domain.feedback import Suppression, SuppressionReason
 from digest_pipeline.domain.periods import validate_customer_id
-from digest_pipeline.ports import Clock, FeedbackStore
+from digest_pipeline.ports.feedback import FeedbackStore
+from digest_pipeline.ports.outside import Clock
 from digest_pipeline.services.logs import log_event
 
 

@@ -31,7 +31,7 @@ from digest_pipeline.domain.periods import OperationKey
 from digest_pipeline.domain.policy import DeliveryPolicy
 from digest_pipeline.domain.retry import RetryPolicy
 from digest_pipeline.ports import Clock, Composer, Mailer
-from digest_pipeline.services.deliver import DeliveryReport
+from digest_pipeline.services.wave import DeliveryReport
 from digest_pipeline_tests.builders import (
     SHOP_LINK_SETTINGS,
     deliver_all,

@@ -24,6 +24,7 @@ from digest_pipeline.adapters.sql.schema import customers, digest_rows, digest_r
 from digest_pipeline.domain.periods import OperationKey, Period
 from digest_pipeline.domain.policy import DeliveryPolicy
 from digest_pipeline.domain.retry import RetryPolicy
+from digest_pipeline.runtime.executor import executor_for
 from digest_pipeline.services.deliver import Deliverer, deliver_due
 from digest_pipeline.services.enqueue import enqueue_period
 from digest_pipeline.settings import load_settings
@@ -88,6 +89,7 @@ def deliver_part_with_faults(engine: Engine, env: dict[str, str], period: Period
         DeliveryPolicy(retry=RetryPolicy(max_attempts=1)),  # one transient failure dead-letters
         lambda: 0.5,
         owner="first-worker",
+        executor=executor_for(ledger),
     )
     deliver_due(deliverer, batch_size=30, concurrency=2, max_items=30)
 

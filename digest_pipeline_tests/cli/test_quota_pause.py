@@ -24,6 +24,9 @@ def test_a_spent_quota_pauses_the_week_with_one_line_and_fails_nobody(env, monke
             "DIGEST_PROVIDER_URL": provider.url,
             "DIGEST_PROVIDER_API_KEY": provider.api_key,
             "DIGEST_CONCURRENCY": "1",
+            # the week's window outlasts the quota's pause whatever the hour: in the last hour
+            # before the default window closes, the paused attempt's retry would fall after it
+            "DIGEST_DELIVERY_WINDOW_SECONDS": str(14 * 86400),
         }
         for name, value in run_env.items():  # the Dagster job's resources read os.environ
             monkeypatch.setenv(name, value)

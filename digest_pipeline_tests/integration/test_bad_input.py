@@ -23,6 +23,7 @@ from digest_pipeline.domain.model import SnapshotEntry
 from digest_pipeline.domain.periods import OperationKey, Period
 from digest_pipeline.domain.policy import DeliveryPolicy
 from digest_pipeline.domain.retry import RetryPolicy
+from digest_pipeline.runtime.executor import executor_for
 from digest_pipeline.services.deliver import Deliverer, deliver_due
 from digest_pipeline.services.replay import replay_keys
 from digest_pipeline.services.resolve import resolve_unknown
@@ -55,7 +56,14 @@ def populated(sql_ledger, clock):
     mailer.script_timeout_after_accept("digest:2026-W42:customer-001")
     policy = DeliveryPolicy(retry=RetryPolicy(max_attempts=1))
     deliverer = Deliverer(
-        sql_ledger, mailer, FakeComposer(), clock, policy, random.Random(1).random, "w1"
+        sql_ledger,
+        mailer,
+        FakeComposer(),
+        clock,
+        policy,
+        random.Random(1).random,
+        "w1",
+        executor_for(sql_ledger),
     )
     deliver_due(deliverer, batch_size=50, concurrency=4)
     return sql_ledger, mailer

@@ -28,7 +28,7 @@ from digest_pipeline.domain.model import MailerCapabilities, Message
 from digest_pipeline.domain.states import DeliveryState
 from digest_pipeline.ports import Clock, Ledger, Mailer
 from digest_pipeline.rigs.seeding import T0
-from digest_pipeline.services.helpers import (
+from digest_pipeline.runtime.helpers import (
     allow_forks_beside,
     between_forks,
     deliver_in_processes,

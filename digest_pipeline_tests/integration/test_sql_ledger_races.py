@@ -27,8 +27,10 @@ from digest_pipeline.adapters.sql.schema import (
 from digest_pipeline.domain.model import CleanupMode
 from digest_pipeline.domain.policy import DeliveryPolicy
 from digest_pipeline.domain.states import DeliveryState
+from digest_pipeline.runtime.executor import executor_for
 from digest_pipeline.services.cleanup import clean_period
-from digest_pipeline.services.deliver import Deliverer, DeliveryReport, deliver_due
+from digest_pipeline.services.deliver import Deliverer, deliver_due
+from digest_pipeline.services.wave import DeliveryReport
 from digest_pipeline_tests.builders import digest_rows_for, key_of, make_deliverer, seed_period
 from digest_pipeline_tests.conftest import W42
 from digest_pipeline_tests.fakes import FakeComposer, FakeMailer
@@ -76,6 +78,7 @@ def test_concurrent_workers_claim_and_complete_each_item_exactly_once(
             DeliveryPolicy(),
             random.Random(i).random,
             f"w{i}",
+            executor_for(ledger),
         )
         reports.append(deliver_due(deliverer, batch_size=20, concurrency=1))
 

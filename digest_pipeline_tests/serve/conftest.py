@@ -24,7 +24,7 @@ from digest_pipeline.domain.unsubscribe import unsubscribe_token
 from digest_pipeline.domain.webhooks import signature
 from digest_pipeline.serve.app import ServeConfig, build_app
 from digest_pipeline.serve.server import BackgroundServer
-from digest_pipeline.services.deliver import DeliveryReport
+from digest_pipeline.services.wave import DeliveryReport
 from digest_pipeline.settings import ServeLimits
 from digest_pipeline_tests.builders import deliver_all, key_of, make_deliverer, seed_period
 from digest_pipeline_tests.cli.conftest import dump

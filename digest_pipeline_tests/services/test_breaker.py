@@ -15,8 +15,9 @@ from digest_pipeline.domain.errors import BreakerOpen
 from digest_pipeline.domain.failures import FailureClass, SendOutcome
 from digest_pipeline.domain.model import CleanupMode, Transition
 from digest_pipeline.domain.states import DeliveryState
-from digest_pipeline.services.deliver import DeliveryReport, deliver_due
+from digest_pipeline.services.deliver import deliver_due
 from digest_pipeline.services.pipeline import sweep
+from digest_pipeline.services.wave import DeliveryReport
 from digest_pipeline_tests.builders import (
     complete_one,
     frozen_ledger,

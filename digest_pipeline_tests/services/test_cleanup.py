@@ -12,6 +12,7 @@ from digest_pipeline.domain.model import CleanupMode
 from digest_pipeline.domain.policy import DeliveryPolicy
 from digest_pipeline.domain.retry import RetryPolicy
 from digest_pipeline.domain.states import DeliveryState
+from digest_pipeline.runtime.executor import executor_for
 from digest_pipeline.services.cleanup import clean_period
 from digest_pipeline.services.deliver import deliver_due
 from digest_pipeline_tests.builders import (
@@ -206,7 +207,15 @@ def _sent_period(clock: FixedClock, customers: int, ledger: PagesInFlight) -> Pa
 def test_pages_in_flight_clean_every_sent_item_once_and_never_exceed_the_bound(clock, in_flight):
     ledger = _sent_period(clock, 230, PagesInFlight())
 
-    report = clean_period(ledger, clock, W42, CleanupMode.ARCHIVE, page=20, in_flight=in_flight)
+    report = clean_period(
+        ledger,
+        clock,
+        W42,
+        CleanupMode.ARCHIVE,
+        page=20,
+        in_flight=in_flight,
+        executor=executor_for(ledger),
+    )
 
     assert report.cleaned == 230
     assert report.rows == 230 * ROWS_PER_CUSTOMER
@@ -223,7 +232,15 @@ def test_a_failed_page_stops_cleanup_only_after_every_page_in_flight_has_ended(c
     _sent_period(clock, 100, ledger)
 
     with pytest.raises(UnknownWorkItem):
-        clean_period(ledger, clock, W42, CleanupMode.ARCHIVE, page=20, in_flight=2)
+        clean_period(
+            ledger,
+            clock,
+            W42,
+            CleanupMode.ARCHIVE,
+            page=20,
+            in_flight=2,
+            executor=executor_for(ledger),
+        )
 
     # the page after the failed one was in flight: it ended before clean_period returned
     with ledger.count_lock:

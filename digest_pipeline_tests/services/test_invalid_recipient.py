@@ -13,7 +13,8 @@ from digest_pipeline.domain.errors import BreakerOpen
 from digest_pipeline.domain.failures import FailureClass, SendOutcome
 from digest_pipeline.domain.model import DigestRow, SnapshotEntry
 from digest_pipeline.domain.states import DeliveryState
-from digest_pipeline.services.deliver import DeliveryReport, deliver_due
+from digest_pipeline.services.deliver import deliver_due
+from digest_pipeline.services.wave import DeliveryReport
 from digest_pipeline_tests.builders import (
     SHOP_POSTAL_ADDRESS,
     SHOP_UNSUBSCRIBE_URL,

@@ -384,7 +384,9 @@ class Jinja2Composer(Composer):
         return _PickBlocks(markupsafe.Markup("".join(html)), "".join(text))
 
     def recipe(self) -> Callable[[], Composer] | None:
-        clock = self._clock.recipe()
+        # only a clock that can be made again in a helper (`runtime.helpers.Forkable`) can be
+        remake = getattr(self._clock, "recipe", None)
+        clock = remake() if remake is not None else None
         if clock is None:
             return None
         return partial(

@@ -75,7 +75,7 @@ class SqlBase:
     def __init__(self, engine: Engine) -> None:
         self._engine = engine
         self._pg = engine.dialect.name == "postgresql"
-        #: `Ledger.out_of_process`: PostgreSQL works in its server, SQLite on this process's CPU
+        #: `runtime.executor.WorksElsewhere`: PostgreSQL works in its server, SQLite on this process's CPU
         self.out_of_process = self._pg
         #: PostgreSQL snapshots this ledger fingerprinted whole, by period (`invariants.Seal`);
         #: None on SQLite, which has no row-version stamp to seal with

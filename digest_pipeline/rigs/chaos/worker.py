@@ -31,6 +31,7 @@ from digest_pipeline.domain.retry import RetryPolicy
 from digest_pipeline.domain.states import TERMINAL
 from digest_pipeline.ports import Ledger
 from digest_pipeline.rigs.sim.shop import SimComposer
+from digest_pipeline.runtime.executor import executor_for
 from digest_pipeline.services.deliver import Deliverer
 from digest_pipeline.services.pipeline import Gate, SweepReport, run_pass
 from digest_pipeline.settings import ProviderSettings
@@ -155,6 +156,7 @@ def run(args: argparse.Namespace) -> int:
                 policy=policy,
                 rand=random.Random(args.seed).random,
                 owner=f"w{args.index}:{os.getpid()}",
+                executor=executor_for(ledger),
             )
             passes = 0
             while True:

@@ -36,6 +36,7 @@ from digest_pipeline.rigs.sim.ledger import ObservedLedger
 from digest_pipeline.rigs.sim.measure import OPEN, CellResult, Observations, measure
 from digest_pipeline.rigs.sim.scheduler import Actor, ActorClock, Scheduler
 from digest_pipeline.rigs.sim.shop import SimComposer, SimCustomers, digest_rows
+from digest_pipeline.runtime.executor import executor_for
 from digest_pipeline.services.cleanup import clean_period
 from digest_pipeline.services.deliver import Deliverer, deliver_due
 from digest_pipeline.services.enqueue import enqueue_period
@@ -119,6 +120,7 @@ class Simulation:
             policy=self.policy,
             rand=self._rand(owner),
             owner=owner,
+            executor=executor_for(self.ledger),
         )
 
     # -- events ----------------------------------------------------------------------------

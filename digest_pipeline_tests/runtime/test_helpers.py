@@ -28,11 +28,12 @@ from digest_pipeline.domain.model import DigestRow, Message, WorkItem
 from digest_pipeline.domain.periods import OperationKey
 from digest_pipeline.domain.states import DeliveryState
 from digest_pipeline.ports import Clock
-from digest_pipeline.services.helpers import (
+from digest_pipeline.runtime.helpers import (
     PARKED_THREADS,
     allow_forks_beside,
     between_forks,
     deliver_in_processes,
+    recipe_of,
     running_threads,
     shares,
 )
@@ -236,4 +237,4 @@ def test_the_system_clock_recipe_is_a_system_clock():
 
 
 def test_a_tests_clock_has_no_recipe(clock):
-    assert clock.recipe() is None
+    assert recipe_of(clock) is None

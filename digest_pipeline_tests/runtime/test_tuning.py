@@ -17,17 +17,18 @@ import pytest
 from digest_pipeline.domain.catalogue import Product
 from digest_pipeline.domain.model import CleanupMode
 from digest_pipeline.domain.states import DeliveryState
-from digest_pipeline.services.cleanup import clean_period
-from digest_pipeline.services.content import generate_content
-from digest_pipeline.services.deliver import deliver_due
-from digest_pipeline.services.enqueue import enqueue_period
-from digest_pipeline.services.snapshot import take_snapshot
-from digest_pipeline.services.tuning import (
+from digest_pipeline.runtime.executor import executor_for
+from digest_pipeline.runtime.tuning import (
     BULK_GC_THRESHOLD,
     OVERLAP_SWITCH_INTERVAL,
     fewer_collections,
     prompt_handover,
 )
+from digest_pipeline.services.cleanup import clean_period
+from digest_pipeline.services.content import generate_content
+from digest_pipeline.services.deliver import deliver_due
+from digest_pipeline.services.enqueue import enqueue_period
+from digest_pipeline.services.snapshot import take_snapshot
 from digest_pipeline_tests.builders import make_customer, make_deliverer
 from digest_pipeline_tests.conftest import W42
 from digest_pipeline_tests.fakes import FakeCustomerSource, FakeLedger, FakeMailer
@@ -128,7 +129,7 @@ def test_a_process_that_disabled_collection_or_collects_less_already_is_left_so(
 _FREEZE_PROBE = textwrap.dedent(
     """
     import gc, json, sys, weakref
-    from digest_pipeline.services.tuning import fewer_collections
+    from digest_pipeline.runtime.tuning import fewer_collections
 
     class Box:
         pass
@@ -219,11 +220,13 @@ def test_a_week_through_the_services_writes_in_bulk_with_the_raised_threshold_on
     source = FakeCustomerSource([make_customer(n) for n in range(1, 6)], products, [])
     ledger = _WatchedLedger()
 
-    take_snapshot(source, ledger, clock, W42, "run-1")
-    generate_content(source, ledger, W42)
+    # the runtime's executor, as the faces hand it to the services
+    run = executor_for(ledger)
+    take_snapshot(source, ledger, clock, W42, "run-1", executor=run)
+    generate_content(source, ledger, W42, executor=run)
     enqueue_period(ledger, clock, W42)
     deliver_due(make_deliverer(ledger, FakeMailer(clock=clock), clock), batch_size=2, concurrency=2)
-    clean_period(ledger, clock, W42, CleanupMode.ARCHIVE)
+    clean_period(ledger, clock, W42, CleanupMode.ARCHIVE, executor=run)
 
     raised = max(before[0], BULK_GC_THRESHOLD)
     assert ledger.thresholds == {name: {raised} for name in _WatchedLedger.BULK}

@@ -22,6 +22,7 @@ from digest_pipeline.domain.model import Message
 from digest_pipeline.domain.pacing import QUOTA_PAUSE, SLACK, Pause, Slot, slot_interval
 from digest_pipeline.domain.policy import DeliveryPolicy
 from digest_pipeline.domain.states import DeliveryState
+from digest_pipeline.runtime.pacing import Pacer
 from digest_pipeline.services.deliver import Deliverer, deliver_due
 from digest_pipeline_tests.builders import deliver_all, key_of, make_deliverer, seed_period
 from digest_pipeline_tests.conftest import SQL_BACKENDS, T0, W42
@@ -33,7 +34,7 @@ QUOTA = "http:429:daily_quota_exceeded"
 
 def _paced(deliverer: Deliverer, clock: FixedClock) -> Deliverer:
     """The deliverer's waits advance the test's clock instead of the wall clock."""
-    assert deliverer.pacer is not None
+    assert isinstance(deliverer.pacer, Pacer)
 
     def wait(seconds: float) -> None:
         clock.advance(timedelta(seconds=seconds))
@@ -103,7 +104,7 @@ def test_a_retry_after_pauses_every_sender_until_it_ends(sql_ledger: SqlLedger):
     deliver_all(_paced(make_deliverer(sql_ledger, provider, clock, owner="a"), clock))
     # another worker, started afterwards, learns of the pause from the ledger
     other = _paced(make_deliverer(sql_ledger, provider, clock, owner="b"), clock)
-    assert other.pacer is not None
+    assert isinstance(other.pacer, Pacer)
     assert other.pacer.pause_in_force(throttled_at) == Pause(throttled_at + wait, "http:429")
 
     sent = _send_times(provider)

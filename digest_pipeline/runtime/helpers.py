@@ -3,7 +3,7 @@
 One process composes and records on one core (one GIL). A ledger on a database server hands
 its due items to any number of workers (SKIP LOCKED claims, leases, fencing tokens), so each
 helper is one more delivery worker with a core of its own, forked for one step and gone with
-it (`DIGEST_DELIVERY_PROCESSES`, README "Delivery processes").
+it (`DIGEST_DELIVERY_PROCESSES`, docs/how-to/tune.md).
 """
 
 import contextlib
@@ -20,7 +20,7 @@ import threading
 import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from digest_pipeline.domain.errors import (
     BreakerOpen,
@@ -31,8 +31,9 @@ from digest_pipeline.domain.errors import (
 )
 from digest_pipeline.domain.periods import Period
 from digest_pipeline.ports import Clock, Composer, Ledger, Mailer
-from digest_pipeline.services.deliver import Deliverer, DeliveryReport, deliver_due
+from digest_pipeline.services.deliver import Deliverer, deliver_due
 from digest_pipeline.services.logs import item_logger, log_event, logger, step_logger
+from digest_pipeline.services.wave import DeliveryReport
 
 #: how often the step's own process looks at `should_continue` while it waits for a helper
 _POLL_SECONDS = 0.2
@@ -52,6 +53,24 @@ PARKED_THREADS = frozenset({"termination-handler", "QueueFeederThread"})
 _FORK_LOCK = threading.Lock()
 #: this project's threads that work only inside `between_forks` (`allow_forks_beside`)
 _BETWEEN_FORKS: "weakref.WeakSet[threading.Thread]" = weakref.WeakSet()
+
+
+@runtime_checkable
+class Forkable(Protocol):
+    """A port a forked helper can make again in its own process: fresh connections, same target.
+
+    `recipe` returns a zero-argument call that makes it, or None when it cannot (a test's
+    object, a connection only this process can open). The object it makes must refuse to be a
+    different one: a helper that cannot see the run's ledger fails instead of working on
+    another database.
+    """
+
+    def recipe(self) -> Callable[[], Any] | None: ...
+
+
+def recipe_of(port: object) -> Callable[[], Any] | None:
+    """The port's recipe, or None for one that has none (`Forkable`)."""
+    return port.recipe() if isinstance(port, Forkable) else None
 
 
 @dataclass(frozen=True)
@@ -82,10 +101,10 @@ def _recipes(deliverer: Deliverer) -> _Recipes | str:
     if busy := running_threads():
         return "threads_running:" + ",".join(busy)
     found = {
-        "ledger": deliverer.ledger.recipe(),
-        "mailer": deliverer.mailer.recipe(),
-        "composer": deliverer.composer.recipe(),
-        "clock": deliverer.clock.recipe(),
+        "ledger": recipe_of(deliverer.ledger),
+        "mailer": recipe_of(deliverer.mailer),
+        "composer": recipe_of(deliverer.composer),
+        "clock": recipe_of(deliverer.clock),
     }
     missing = [name for name, recipe in found.items() if recipe is None]
     if missing:

@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from digest_pipeline.services.overlap import overlapped_writes
+from digest_pipeline.runtime.overlap import overlapped_writes
 
 
 class Recorder:

@@ -25,7 +25,8 @@ from digest_pipeline.domain.pacing import (
     wait_bound,
 )
 from digest_pipeline.domain.policy import DeliveryPolicy
-from digest_pipeline.ports import Clock, Ledger, Mailer, SendBudget
+from digest_pipeline.ports.ledger_roles import HasSendBudget, SendBudget
+from digest_pipeline.ports.outside import Clock, Mailer
 from digest_pipeline.services.logs import log_event
 
 #: without a rate, a sender reads the shared pause at most this often: another process's pause
@@ -34,7 +35,7 @@ PAUSE_READ_EVERY = timedelta(seconds=1)
 
 
 def pacer_for(
-    ledger: Ledger, mailer: Mailer, policy: DeliveryPolicy, clock: Clock
+    ledger: HasSendBudget, mailer: Mailer, policy: DeliveryPolicy, clock: Clock
 ) -> "Pacer | None":
     """The pace of a worker's sends through `mailer`; None for a ledger that keeps no budget."""
     budget = ledger.send_budget
