@@ -16,7 +16,7 @@ from digest_pipeline.domain.states import DeliveryState
 from digest_pipeline.domain.timing import ItemTimeSummary, summarize_item_times
 from digest_pipeline_tests.builders import clean_one
 from digest_pipeline_tests.conftest import T0, W42
-from digest_pipeline_tests.contract.test_ledger_contract import LEASE, W43, frozen, send
+from digest_pipeline_tests.contract.ledger_steps import LEASE, W43, frozen, send
 
 
 def _at(seconds: float) -> timedelta:

@@ -29,7 +29,7 @@ from digest_pipeline.domain.model import (
 from digest_pipeline.domain.states import DeliveryState
 from digest_pipeline_tests.builders import TEST_MAILER, clean_one, recipient_of, rows_of
 from digest_pipeline_tests.conftest import T0, W42
-from digest_pipeline_tests.contract.test_ledger_contract import LEASE, W43, frozen, key, send
+from digest_pipeline_tests.contract.ledger_steps import LEASE, W43, frozen, key, send
 
 
 def test_start_attempts_gives_tickets_in_order_and_errors_for_what_cannot_start(ledger):

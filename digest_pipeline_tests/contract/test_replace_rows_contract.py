@@ -20,7 +20,7 @@ from digest_pipeline_tests.builders import (
     seed_period,
 )
 from digest_pipeline_tests.conftest import T0
-from digest_pipeline_tests.contract.test_ledger_contract import LEASE, claim_one, send, time_out
+from digest_pipeline_tests.contract.ledger_steps import LEASE, claim_one, send, time_out
 
 
 def fresh(key: OperationKey, *titles: str) -> list[DigestRow]:

@@ -9,7 +9,7 @@ from sqlalchemy import text
 from digest_pipeline.adapters.sql.ledger import SqlLedger
 from digest_pipeline.domain.model import SnapshotEntry
 from digest_pipeline_tests.conftest import T0, W42
-from digest_pipeline_tests.contract.test_ledger_contract import W43
+from digest_pipeline_tests.contract.ledger_steps import W43
 
 ENTRIES = [
     SnapshotEntry("customer-1", "ada@example.test"),
