@@ -1,14 +1,15 @@
 """`make bench`: the scale benchmarks, the SQL floor and the phases one by one, consecutive
 weeks on one ledger, the UI launch, `digest run` with one and two delivery processes, the
-Celery scale-out and send pacing against a rate-limited provider, in order, each printing its
+Celery scale-out, send pacing against a rate-limited provider and a shop source in its own
+SQLite database against the demo tables, in order, each printing its
 table and writing JSON; then the scale targets, judged from the JSON this invocation wrote
 (`benchmarks.targets`).
 
 Run under `scripts/pg-test-cluster.sh` (and `scripts/redis-test-server.sh` for Celery) for the
 PostgreSQL variants; without `DIGEST_TEST_DATABASE_URL` (or `DIGEST_TEST_REDIS_URL`) they are
 reported as skipped. `--sizes` sets the end-to-end customer counts, or, with `--only`, the one
-size the chosen benchmark takes (floor/phases/side/weeks/scale/ui/run/celery: customers, latency: the
-minimum items per level).
+size the chosen benchmark takes (floor/phases/side/weeks/scale/ui/run/celery/source: customers,
+latency: the minimum items per level).
 """
 
 import argparse
@@ -29,6 +30,7 @@ from benchmarks import (
     pacing,
     phases,
     scale_out,
+    shop_source,
     side_by_side,
     targets,
     ui_launch,
@@ -47,6 +49,7 @@ ORDER = (
     "run",
     "celery",
     "pacing",
+    "source",
 )
 
 
@@ -111,6 +114,11 @@ def _plans(a: argparse.Namespace) -> dict[str, Callable[[], Any]]:
             )
         ),
         "pacing": lambda: pacing.run(pacing.Options(json_dir=a.json_dir)),
+        "source": lambda: shop_source.run(
+            shop_source.Options(
+                customers=first if only and first else shop_source.CUSTOMERS, json_dir=a.json_dir
+            )
+        ),
     }
 
 

@@ -15,20 +15,22 @@ from datetime import timedelta
 from pathlib import Path
 from typing import TypeVar
 
-from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError
-
 from digest_pipeline.dkim_settings import DkimSettings, read_dkim, sender_address
 from digest_pipeline.domain.breaker import DEFAULT_THRESHOLD
 from digest_pipeline.domain.compliance import message_id_domain, postal_address, url_template
 from digest_pipeline.domain.durability import ALLOW_VARIABLE
-from digest_pipeline.domain.errors import DigestError, InvalidPolicy
+from digest_pipeline.domain.errors import InvalidPolicy
 from digest_pipeline.domain.model import CleanupMode
 from digest_pipeline.domain.periods import FIRST_PERIOD, Period
 from digest_pipeline.domain.policy import MAX_SEND_RATE, MIN_SEND_RATE, DeliveryPolicy
 from digest_pipeline.domain.retry import RetryPolicy
 from digest_pipeline.domain.unsubscribe import DEMO_UNSUBSCRIBE_SECRET
 from digest_pipeline.domain.webhooks import DEFAULT_TOLERANCE
+from digest_pipeline.setting_values import DATABASE_SCHEMES as DATABASE_SCHEMES
+from digest_pipeline.setting_values import InvalidSetting as InvalidSetting
+from digest_pipeline.setting_values import check_database_url, read_value
+from digest_pipeline.shop_settings import ShopSettings, read_shop
+from digest_pipeline.source_settings import SourceSettings, read_source
 from digest_pipeline.webhook_settings import WebhookSecret, read_webhook_secrets
 
 T = TypeVar("T")
@@ -42,14 +44,6 @@ DEFAULT_CONCURRENCY = {"outbox": 256, "smtp": 16, "http": 16}
 #: process of its own (multiprocess, Celery) costs seconds to start and Dagster's rows, and the
 #: steps that run at once share the remaining due items through their claims (README).
 DEFAULT_BATCH_SIZE = 25_000
-#: the SQLAlchemy drivers the ledger is tested on (SQLite's own module, psycopg 3, psycopg2)
-DATABASE_SCHEMES = (
-    "sqlite",
-    "sqlite+pysqlite",
-    "postgresql",
-    "postgresql+psycopg",
-    "postgresql+psycopg2",
-)
 _DAY = 86_400.0
 #: (least, most) seconds each duration accepts. The upper bounds keep `now + value` far from
 #: datetime's year 9999 and a lease or retry inside a month; windows stop at a leap year.
@@ -83,10 +77,6 @@ INT_RANGES: dict[str, tuple[int, int]] = {
     "DIGEST_DELIVERY_PROCESSES": (1, 64),
     "DIGEST_SERVE_MAX_CONNECTIONS": (1, 100_000),
 }
-
-
-class InvalidSetting(DigestError, ValueError):
-    """An environment variable holds a value the project cannot use."""
 
 
 SMTP_SECURITY = ("none", "starttls", "tls")
@@ -141,6 +131,7 @@ class ServeLimits:
 @dataclass(frozen=True)
 class Settings:
     database_url: str
+    source: SourceSettings
     mailer: str
     outbox_dir: Path
     from_address: str
@@ -171,6 +162,7 @@ class Settings:
     allow_nondurable_ledger: bool = False
     #: `DIGEST_POSTAL_ADDRESS`: the sender's postal address in every digest's footer (CAN-SPAM)
     postal_address: str | None = None
+    shop: ShopSettings = field(default_factory=ShopSettings)  # look and picks: shop_settings.py
     #: `DIGEST_MESSAGE_ID_DOMAIN`: the Message-ID's right-hand side; None: the sender's domain
     message_id_domain: str | None = None
     #: `DIGEST_FIRST_WEEK`: the weekly partitions' first week; None: the ledger's (defs/partitions.py)
@@ -189,27 +181,14 @@ def default_database_url(root: Path) -> str:
     return f"sqlite:///{(root / '.digest' / 'digest.db').resolve()}"
 
 
-def _read(
-    env: Mapping[str, str], name: str, default: T, parse: Callable[[str], T], *, shown: bool = True
-) -> T:
-    """`name`'s parsed value, or `default` when unset; a refusal repeats the value if `shown`."""
-    raw = env.get(name, "").strip()
-    if not raw:
-        return default
-    try:
-        return parse(raw)
-    except ValueError as e:
-        raise InvalidSetting(f"{name}={raw!r}: {e}" if shown else f"{name}: {e}") from e
-
-
 def _duration(env: Mapping[str, str], name: str, default: timedelta) -> timedelta:
     """`name`'s duration in seconds, within its `SECONDS_RANGES` bounds, or `default`."""
-    return _read(env, name, default, _seconds(name))
+    return read_value(env, name, default, _seconds(name))
 
 
 def _whole_number(env: Mapping[str, str], name: str, default: int) -> int:
     """`name`'s whole number, within its `INT_RANGES` bounds, or `default`."""
-    return _read(env, name, default, _whole(name))
+    return read_value(env, name, default, _whole(name))
 
 
 def _number(value: float) -> str:
@@ -285,31 +264,9 @@ def _rate(raw: str) -> float:
 
 
 def _database_url(env: Mapping[str, str], default: str) -> str:
-    """`DIGEST_DATABASE_URL`: a supported scheme and, for SQLite, a file (never in memory).
-
-    The refusal never repeats the value: a PostgreSQL URL may hold a password.
-    """
+    """`DIGEST_DATABASE_URL`: a supported scheme and, for SQLite, a file (never in memory)."""
     raw = env.get("DIGEST_DATABASE_URL", "").strip()
-    if not raw:
-        return default
-    try:
-        url = make_url(raw)
-    except (ArgumentError, ValueError) as e:
-        raise InvalidSetting(
-            "DIGEST_DATABASE_URL is not a database URL; use sqlite:///PATH/digest.db or "
-            "postgresql://USER@HOST:PORT/DB"
-        ) from e
-    if url.drivername not in DATABASE_SCHEMES:
-        raise InvalidSetting(
-            f"DIGEST_DATABASE_URL: the scheme {url.drivername}:// is not supported; use one of "
-            f"{', '.join(f'{s}://' for s in DATABASE_SCHEMES)}"
-        )
-    if url.get_backend_name() == "sqlite" and url.database in (None, "", ":memory:"):
-        raise InvalidSetting(
-            "DIGEST_DATABASE_URL names no SQLite file (an in-memory ledger would vanish with "
-            "the command); use sqlite:///PATH/digest.db"
-        )
-    return raw
+    return check_database_url(raw, "DIGEST_DATABASE_URL", "digest.db") if raw else default
 
 
 def _flag(raw: str) -> bool:
@@ -320,7 +277,9 @@ def _flag(raw: str) -> bool:
     return value in _YES
 
 
-def _choice(options: tuple[str, ...]) -> Callable[[str], str]:
+def one_of(options: tuple[str, ...]) -> Callable[[str], str]:
+    """A parser that accepts exactly one of `options`."""
+
     def parse(raw: str) -> str:
         if raw not in options:
             raise ValueError(f"must be one of {', '.join(options)}")
@@ -335,7 +294,7 @@ def _smtp(env: Mapping[str, str], required: bool, sender: str) -> SmtpSettings |
         if required:
             raise InvalidSetting("DIGEST_SMTP_HOST is required when DIGEST_MAILER=smtp")
         return None
-    security = _read(env, "DIGEST_SMTP_SECURITY", "starttls", _choice(SMTP_SECURITY))
+    security = read_value(env, "DIGEST_SMTP_SECURITY", "starttls", one_of(SMTP_SECURITY))
     default_port = {"none": 25, "starttls": 587, "tls": 465}[security]
     return SmtpSettings(
         host=host,
@@ -413,31 +372,39 @@ def load_settings(env: Mapping[str, str], root: Path) -> Settings:
                 "DIGEST_UNKNOWN_RETENTION_SECONDS", defaults.unknown_retention
             ),
             late_window=duration("DIGEST_LATE_WINDOW_SECONDS", defaults.late_window),
-            send_rate=_read(env, "DIGEST_SEND_RATE", None, _rate),
+            send_rate=read_value(env, "DIGEST_SEND_RATE", None, _rate),
         )
     except InvalidPolicy as e:
         raise InvalidSetting(f"retry settings: {e}") from e
-    mailer = _read(env, "DIGEST_MAILER", "outbox", _choice(MAILERS))
+    mailer = read_value(env, "DIGEST_MAILER", "outbox", one_of(MAILERS))
     # checked here, so a bad sender stops the run at start instead of failing every item
-    sender = _read(env, "DIGEST_FROM_ADDRESS", "digest@example.com", sender_address)
+    sender = read_value(env, "DIGEST_FROM_ADDRESS", "digest@example.com", sender_address)
     return Settings(
         database_url=_database_url(env, default_database_url(root)),
+        source=read_source(env, root),
         mailer=mailer,
-        outbox_dir=_read(env, "DIGEST_OUTBOX_DIR", root / ".digest" / "outbox", Path),
+        outbox_dir=read_value(env, "DIGEST_OUTBOX_DIR", root / ".digest" / "outbox", Path),
         from_address=sender,
         policy=policy,
         batch_size=whole("DIGEST_BATCH_SIZE", DEFAULT_BATCH_SIZE),
         concurrency=whole("DIGEST_CONCURRENCY", DEFAULT_CONCURRENCY[mailer]),
-        cleanup_mode=_read(env, "DIGEST_CLEANUP_MODE", CleanupMode.ARCHIVE, CleanupMode),
-        unsubscribe_url=_read(env, "DIGEST_UNSUBSCRIBE_URL", DEFAULT_UNSUBSCRIBE_URL, url_template),
+        cleanup_mode=read_value(env, "DIGEST_CLEANUP_MODE", CleanupMode.ARCHIVE, CleanupMode),
+        unsubscribe_url=read_value(
+            env, "DIGEST_UNSUBSCRIBE_URL", DEFAULT_UNSUBSCRIBE_URL, url_template
+        ),
         # checked against the ledger at start: outside a demo ledger a loopback link or a
         # missing address is refused there (domain/compliance.py); a long address is not repeated
-        postal_address=_read(env, "DIGEST_POSTAL_ADDRESS", None, postal_address, shown=False),
-        message_id_domain=_read(env, "DIGEST_MESSAGE_ID_DOMAIN", None, message_id_domain),
+        postal_address=read_value(env, "DIGEST_POSTAL_ADDRESS", None, postal_address, shown=False),
+        shop=read_shop(env, root),
+        message_id_domain=read_value(env, "DIGEST_MESSAGE_ID_DOMAIN", None, message_id_domain),
         # The demo default is public: `digest run` and `digest serve` refuse it outside the demo
         # (domain/unsubscribe.py), or anyone could forge every customer's link.
-        unsubscribe_secret=_read(env, "DIGEST_UNSUBSCRIBE_SECRET", DEMO_UNSUBSCRIBE_SECRET, str),
-        unsubscribe_secret_previous=_read(env, "DIGEST_UNSUBSCRIBE_SECRET_PREVIOUS", None, str),
+        unsubscribe_secret=read_value(
+            env, "DIGEST_UNSUBSCRIBE_SECRET", DEMO_UNSUBSCRIBE_SECRET, str
+        ),
+        unsubscribe_secret_previous=read_value(
+            env, "DIGEST_UNSUBSCRIBE_SECRET_PREVIOUS", None, str
+        ),
         smtp=_smtp(env, mailer == "smtp", sender),
         provider=_provider(env, required=mailer == "http"),
         operators=frozenset(
@@ -454,45 +421,14 @@ def load_settings(env: Mapping[str, str], root: Path) -> Settings:
             whole("DIGEST_SERVE_MAX_CONNECTIONS", serve.max_connections),
         ),
         # only a throwaway ledger may say so: it lets a crash send digests twice (design §8)
-        allow_nondurable_ledger=_read(env, ALLOW_VARIABLE, False, _flag),
+        allow_nondurable_ledger=read_value(env, ALLOW_VARIABLE, False, _flag),
         first_week=load_first_week(env),
     )
 
 
 def load_first_week(env: Mapping[str, str]) -> Period | None:
     """`DIGEST_FIRST_WEEK`, the weekly partitions' first week (2025-W02 or later), or None."""
-    week = _read(env, "DIGEST_FIRST_WEEK", None, Period.parse)
+    week = read_value(env, "DIGEST_FIRST_WEEK", None, Period.parse)
     if week is not None and week < FIRST_PERIOD:
         raise InvalidSetting(f"DIGEST_FIRST_WEEK={week}: must be {FIRST_PERIOD} or later")
     return week
-
-
-#: where a run's steps execute (`DIGEST_EXECUTOR`; defs/execution.py)
-EXECUTORS = ("in_process", "multiprocess", "celery", "k8s")
-
-
-@dataclass(frozen=True)
-class ExecutorSettings:
-    """`DIGEST_EXECUTOR` and, for Celery, its broker: read when the definitions load."""
-
-    name: str = "in_process"
-    celery_broker_url: str | None = field(default=None, repr=False)
-    celery_backend_url: str | None = field(default=None, repr=False)
-
-
-def load_executor_settings(env: Mapping[str, str]) -> ExecutorSettings:
-    """The executor every job of the code location uses; Celery needs its broker's URL."""
-    name = _read(env, "DIGEST_EXECUTOR", "in_process", _choice(EXECUTORS))
-    if name != "celery":
-        return ExecutorSettings(name)
-    broker = env.get("DIGEST_CELERY_BROKER_URL", "").strip()
-    if not broker:
-        raise InvalidSetting(
-            "DIGEST_EXECUTOR=celery needs DIGEST_CELERY_BROKER_URL "
-            "(the broker the workers listen on, for example redis://127.0.0.1:6379/0)"
-        )
-    scheme = broker.partition("://")[0]
-    # a Redis broker is its own result backend; Celery has no amqp:// result backend any more
-    default_backend = broker if scheme in ("redis", "rediss") else "rpc://"
-    backend = env.get("DIGEST_CELERY_BACKEND_URL", "").strip() or default_backend
-    return ExecutorSettings(name, broker, backend)

@@ -12,11 +12,13 @@ from digest_pipeline.adapters.mail.http import HttpProviderMailer
 from digest_pipeline.adapters.mail.outbox import OutboxMailer
 from digest_pipeline.adapters.mail.render import Jinja2Composer
 from digest_pipeline.adapters.mail.smtp import SmtpMailer
+from digest_pipeline.adapters.sql.customer_source import SqlCustomerSource
 from digest_pipeline.adapters.sql.engine import create_ledger_engine, migrate
 from digest_pipeline.adapters.sql.ledger import SqlLedger
+from digest_pipeline.adapters.sql.source_mapping import open_mapped_source
 from digest_pipeline.domain.policy import DeliveryPolicy
 from digest_pipeline.domain.retry import RandomSource
-from digest_pipeline.ports import Clock, Composer, Ledger, Mailer
+from digest_pipeline.ports import Clock, Composer, CustomerSource, Ledger, Mailer
 from digest_pipeline.runtime.executor import executor_for
 from digest_pipeline.services.deliver import Deliverer
 from digest_pipeline.settings import Settings
@@ -34,15 +36,29 @@ def build_mailer(settings: Settings) -> Mailer:
 
 
 def build_composer(settings: Settings, clock: Clock) -> Composer:
-    """The Jinja2 digest composer with the configured sender, unsubscribe link and address."""
-    return Jinja2Composer(
-        sender=settings.from_address,
-        unsubscribe_url=settings.unsubscribe_url,
-        unsubscribe_secret=settings.unsubscribe_secret,
-        clock=clock,
-        postal_address=settings.postal_address,
-        message_id_domain=settings.message_id_domain,
-    )
+    """The Jinja2 digest composer with the configured sender, link, address, brand and templates.
+
+    Raises:
+        InvalidSetting: the templates (`DIGEST_TEMPLATE_DIR`) do not parse, fail on a sample
+            digest or leave out the unsubscribe link or the postal address; one line.
+    """
+    # imported here, where they are used: the rest of the composition root needs neither
+    from digest_pipeline.adapters.mail.templates import TemplateRefused
+    from digest_pipeline.settings import InvalidSetting
+
+    try:
+        return Jinja2Composer(
+            sender=settings.from_address,
+            unsubscribe_url=settings.unsubscribe_url,
+            unsubscribe_secret=settings.unsubscribe_secret,
+            clock=clock,
+            postal_address=settings.postal_address,
+            message_id_domain=settings.message_id_domain,
+            brand=settings.shop.brand,
+            template_dir=settings.shop.template_dir,
+        )
+    except TemplateRefused as e:
+        raise InvalidSetting(str(e)) from e
 
 
 def migrated_engine(url: str, *, pool_size: int = 10) -> Engine:
@@ -78,3 +94,18 @@ def build_deliverer(
         owner=owner,
         executor=executor_for(ledger),
     )
+
+
+def build_customer_source(settings: Settings, ledger_engine: Engine) -> CustomerSource:
+    """The shop's customers, catalogue and orders, as `DIGEST_SOURCE_*` describe them.
+
+    Unset, the demo tables in the ledger's database, read as they always were. Otherwise the
+    shop's database (`DIGEST_SOURCE_DATABASE_URL`, the ledger's when unset) through the mapping
+    of `DIGEST_SOURCE_CONFIG`, checked against the database before it is returned.
+
+    Raises:
+        InvalidSource: the source cannot be read as configured (one line; nothing was read).
+    """
+    if settings.source.is_default:
+        return SqlCustomerSource(ledger_engine)
+    return open_mapped_source(settings.source, ledger_engine)

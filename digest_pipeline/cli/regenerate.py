@@ -11,7 +11,7 @@ One audit row per run names the operator and the reason.
 import argparse
 from typing import Any
 
-from digest_pipeline.adapters.sql.customer_source import SqlCustomerSource
+from digest_pipeline import wiring
 from digest_pipeline.cli.context import (
     EXIT_OK,
     Context,
@@ -72,13 +72,14 @@ def run_regenerate(ctx: Context, args: argparse.Namespace) -> int:
         raise UsageError("--reason must say why")
     operator = require_operator(ctx, args.operator)
     report = regenerate_period(
-        SqlCustomerSource(ctx.engine),
+        wiring.build_customer_source(ctx.settings, ctx.engine),
         ctx.ledger,
         ctx.clock,
         period,
         operator=operator,
         reason=args.reason,
         dry_run=args.dry_run,
+        picks_rule=ctx.settings.shop.picks_rule,
     )
     if args.json:
         emit_json(ctx, as_json(report, operator))

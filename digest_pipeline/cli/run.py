@@ -12,6 +12,7 @@ import argparse
 import threading
 from typing import Any
 
+from digest_pipeline import wiring
 from digest_pipeline.cli.context import (
     EXIT_FAILED,
     EXIT_OK,
@@ -146,6 +147,10 @@ def run_period(ctx: Context, args: argparse.Namespace) -> int:
     period = parse_period(ctx, args.period)
     settings = ctx.settings  # a bad setting fails here, before anything runs
     ledger = ctx.ledger  # migrated before the progress line starts reading it
+    # the shop's source and templates are checked here, as the run's resources would check them:
+    # a bad mapping or template is one line and exit 2, not a run that fails at its start
+    wiring.build_customer_source(settings, ctx.engine)
+    wiring.build_composer(settings, ctx.clock)
     _require_project_file(ctx, "dagster.yaml")
     _require_project_file(ctx, WORKSPACE)
     storage_block(ctx.env)  # a bad DAGSTER_PG_* setting, refused as `prepare_home` would

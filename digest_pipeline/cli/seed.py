@@ -4,8 +4,8 @@ import argparse
 import uuid
 from typing import Any
 
+from digest_pipeline import wiring
 from digest_pipeline.adapters.demo_data import seed_demo
-from digest_pipeline.adapters.sql.customer_source import SqlCustomerSource
 from digest_pipeline.cli.context import (
     EXIT_OK,
     Context,
@@ -17,6 +17,7 @@ from digest_pipeline.cli.context import (
 from digest_pipeline.runtime.executor import executor_for
 from digest_pipeline.services.content import generate_content
 from digest_pipeline.services.snapshot import take_snapshot
+from digest_pipeline.source_settings import require_demo_source
 
 MAX_CUSTOMERS = 10_000_000
 
@@ -44,6 +45,7 @@ def run_seed(ctx: Context, args: argparse.Namespace) -> int:
     if not 1 <= args.customers <= MAX_CUSTOMERS:
         raise UsageError(f"--customers must be between 1 and {MAX_CUSTOMERS}")
     period = parse_period(ctx, args.period) if args.period else None
+    require_demo_source(ctx.settings.source)
     report = seed_demo(ctx.engine, customers=args.customers, seed=args.seed, now=ctx.now())
     table(
         ctx,
@@ -58,7 +60,7 @@ def run_seed(ctx: Context, args: argparse.Namespace) -> int:
         ("seeded", "count"),
     )
     if period is not None:
-        source, ledger = SqlCustomerSource(ctx.engine), ctx.ledger
+        source, ledger = wiring.build_customer_source(ctx.settings, ctx.engine), ctx.ledger
         snap = take_snapshot(
             source,
             ledger,
@@ -67,7 +69,13 @@ def run_seed(ctx: Context, args: argparse.Namespace) -> int:
             run_id=f"cli-seed-{uuid.uuid4()}",
             executor=executor_for(ledger),
         )
-        content = generate_content(source, ledger, period, executor=executor_for(ledger))
+        content = generate_content(
+            source,
+            ledger,
+            period,
+            executor=executor_for(ledger),
+            picks_rule=ctx.settings.shop.picks_rule,
+        )
         ctx.write()
         table(
             ctx,

@@ -11,7 +11,7 @@ nothing else shows them. Invalid ids are counted, never printed; such an id may 
 import argparse
 from typing import Any
 
-from digest_pipeline.adapters.sql.customer_source import SqlCustomerSource
+from digest_pipeline import wiring
 from digest_pipeline.cli.context import (
     EXIT_FAILED,
     EXIT_OK,
@@ -52,7 +52,7 @@ def run_status(ctx: Context, args: argparse.Namespace) -> int:
     week = metrics.as_flat_dict() | content_totals(ledger, period, metrics.eligible)
     invariants = ledger.check_invariants(period, now)
     ok = all(r.passed for r in invariants)
-    excluded = count_exclusions(SqlCustomerSource(ctx.engine))
+    excluded = count_exclusions(wiring.build_customer_source(ctx.settings, ctx.engine))
     # the line a run of the week would be refused with now (a missed week), or None
     missed = late.refusal(ledger, ctx.settings.policy, period, now)
     if args.json:

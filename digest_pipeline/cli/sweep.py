@@ -74,10 +74,11 @@ def run_sweep(ctx: Context, args: argparse.Namespace) -> int:
     """Runs one sweep and prints its report."""
     settings = ctx.settings
     require_durable_ledger(ctx, "digest sweep")
-    require_link_settings(ctx, "digest sweep")
     # lease owners and attempt workers are stored in 128 characters; host names may be longer
     owner = f"cli-sweep:{socket.gethostname()[:64]}:{os.getpid()}"
+    # built (its templates checked) before the secret check may record the first fingerprint
     deliverer = build_deliverer(ctx, owner)
+    require_link_settings(ctx, "digest sweep")
     report = sweep(
         deliverer,
         batch_size=settings.batch_size,

@@ -85,19 +85,27 @@ def digest_content(
     context: dg.AssetExecutionContext,
     customer_source: dg.ResourceParam[CustomerSource],
     ledger: dg.ResourceParam[Ledger],
+    delivery: DeliveryResource,
 ) -> dg.MaterializeResult[None]:
     """Each selected customer's generated digest rows (product picks), linked to its key.
 
     The week: `content_customers` have a digest written (or already sent), `content_missing`
     still need one. This run: customers who already had rows, or whose digest was already sent,
     are skipped (`this_run_skipped_existing`); `this_run_without_picks` counts customers the
-    catalogue offered nothing.
+    catalogue offered nothing; `this_run_picks_rule_failed` counts customers a shop's picks rule
+    (`DIGEST_PICKS_RULE`) failed, whose digests fail at delivery (their keys are in the log).
     Catalogue products a digest cannot carry (a bad link, title, price) are left out of every
     pick: when there are any, `excluded_products` counts them and `excluded_product_ids` names
     each id with the fields that failed (the `catalogue_products_valid` check warns about them).
     """
     period = Period.parse(context.partition_key)
-    report = generate_content(customer_source, ledger, period, executor=executor_for(ledger))
+    report = generate_content(
+        customer_source,
+        ledger,
+        period,
+        executor=executor_for(ledger),
+        picks_rule=delivery.settings().picks_rule,
+    )
     snapshot = ledger.snapshot(period)
     week = content_totals(ledger, period, snapshot.eligible_count if snapshot else 0)
     # only when there are some: a clean catalogue's metadata carries no exclusion entries
@@ -121,6 +129,7 @@ def digest_content(
                     "rows": report.rows,
                     "skipped_existing": report.skipped_existing,
                     "without_picks": report.without_picks,
+                    "picks_rule_failed": report.picks_rule_failed,
                 }
             ),
             **excluded,

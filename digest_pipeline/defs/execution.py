@@ -32,7 +32,8 @@ from digest_pipeline.dagster_private import (
     PlanOrchestrationContext,
 )
 from digest_pipeline.defs.run_settings import run_settings_tag
-from digest_pipeline.settings import ExecutorSettings, InvalidSetting, load_executor_settings
+from digest_pipeline.executor_settings import ExecutorSettings, load_executor_settings
+from digest_pipeline.settings import InvalidSetting
 
 #: Celery settings beyond the broker: a step is one task, taken one at a time by a worker, and a
 #: task whose worker process dies is failed (so the run fails and the sweep takes the week over)

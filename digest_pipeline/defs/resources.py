@@ -22,14 +22,15 @@ from sqlalchemy import Engine
 
 from digest_pipeline import wiring
 from digest_pipeline.adapters.clock import SystemClock
-from digest_pipeline.adapters.sql.customer_source import SqlCustomerSource
-from digest_pipeline.defs.run_ledger import open_run_ledger
+from digest_pipeline.defs.run_ledger import REFUSED, open_run_ledger
 from digest_pipeline.domain.breaker import DEFAULT_THRESHOLD
+from digest_pipeline.domain.catalogue import PicksRule, popular_in_your_categories
 from digest_pipeline.domain.model import CleanupMode
 from digest_pipeline.domain.policy import DeliveryPolicy
 from digest_pipeline.domain.waves import claim_size
 from digest_pipeline.ports import Composer, CustomerSource, Ledger, Mailer
 from digest_pipeline.settings import InvalidSetting, Settings, load_settings
+from digest_pipeline.source_settings import InvalidSource
 from digest_pipeline.wiring import build_composer, build_mailer
 
 
@@ -72,10 +73,18 @@ class LedgerResource(_EngineResource):
 
 
 class CustomerSourceResource(_EngineResource):
-    """The shop's customers, catalogue and orders, from the tables in the ledger database."""
+    """The shop's customers, catalogue and orders: the demo tables, or `DIGEST_SOURCE_*`'s."""
 
     def create_resource(self, context: dg.InitResourceContext) -> CustomerSource:
-        return SqlCustomerSource(self._open(context))
+        settings, engine = _load(database_url=self.database_url), self._open(context)
+        try:
+            return wiring.build_customer_source(settings, engine)
+        except InvalidSource as exc:
+            # a resource's error reaches `digest run` without its cause; the run's event log
+            # keeps the refusal's own line, as for the ledger's (defs/run_ledger.py)
+            if context.log is not None:
+                context.log.error(f"{REFUSED}{exc}")
+            raise
 
 
 class MailerResource(dg.ConfigurableResource[Mailer]):
@@ -139,6 +148,8 @@ class DeliverySettings:
     allow_nondurable_ledger: bool = False
     #: `DIGEST_OPERATORS`: who may grant a late window (every name when empty)
     operators: frozenset[str] = frozenset()
+    #: `DIGEST_PICKS_RULE`: what content generation picks for each customer
+    picks_rule: PicksRule = popular_in_your_categories
 
     @property
     def claim_size(self) -> int:
@@ -197,6 +208,7 @@ class DeliveryResource(dg.ConfigurableResource["DeliveryResource"]):
             s.delivery_processes,
             s.allow_nondurable_ledger,
             s.operators,
+            s.shop.picks_rule,
         )
 
 

@@ -3,17 +3,21 @@
 The picking rule is pure and deterministic (ties break by product id), so a re-run of a period
 chooses the same products and a test can state exactly what a customer should see. A product
 that cannot become a safe message (`product_problems`) is never picked: one malformed catalogue
-row costs that product its place in the digests, never a customer their digest.
+row costs that product its place in the digests, never a customer their digest. A shop may
+replace the rule (`PicksRule`, `DIGEST_PICKS_RULE`); `checked_picks` holds any rule's answer
+to the same catalogue and limit the built-in one keeps.
 """
 
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
+from types import MappingProxyType
 from typing import Any
 from urllib.parse import urlsplit
 
+from digest_pipeline.domain.errors import DigestError
 from digest_pipeline.domain.model import DigestRow
 from digest_pipeline.domain.periods import OperationKey, Period
 
@@ -208,6 +212,12 @@ class PickPlan:
         self, products: Mapping[str, Product], popularity: Mapping[str, int], period: Period
     ) -> None:
         good, self.excluded = screen_catalogue(products.values())
+        #: the week the plan picks for: what counts as a new arrival
+        self.period = period
+        #: the screened catalogue by product id, read-only: what a pick may name
+        self.catalogue: Mapping[str, Product] = MappingProxyType(good)
+        #: order lines per product id in the look-back window, read-only
+        self.popularity: Mapping[str, int] = MappingProxyType(popularity)
         by_id = sorted(good.values(), key=lambda p: p.product_id)
         # a category is only matched, never shown, so a bad product's still counts
         self._category = {
@@ -250,6 +260,99 @@ def _first_unique(tiers: Iterable[Iterable[Product]], limit: int) -> list[Produc
             if len(picks) == limit:
                 return list(picks.values())
             picks.setdefault(p.product_id, p)
+    return list(picks.values())
+
+
+@dataclass(frozen=True)
+class PickRequest:
+    """What a picks rule is given for one customer's digest of one week (read-only throughout).
+
+    The customer is named by the frozen row's operation key alone: the period and the customer
+    id. The address the snapshot froze beside it is not given: choosing products needs no
+    address, and what a rule never holds it cannot log, raise or send anywhere.
+    """
+
+    #: `digest:<period>:<customer_id>` of the frozen row
+    key: OperationKey
+    #: the customer's order lines in the look-back window (every product they bought there)
+    bought: tuple[Order, ...]
+    #: the most picks the answer may hold
+    limit: int
+    #: the week's screened catalogue and popularity, and the built-in rule's ranking
+    week: PickPlan
+
+    @property
+    def customer_id(self) -> str:
+        return self.key.customer_id
+
+    @property
+    def period(self) -> Period:
+        return self.key.period
+
+    @property
+    def catalogue(self) -> Mapping[str, Product]:
+        """The week's screened products by id: the only products a pick may name."""
+        return self.week.catalogue
+
+    @property
+    def popularity(self) -> Mapping[str, int]:
+        """Order lines per product id in the look-back window, over every customer."""
+        return self.week.popularity
+
+
+#: A picks rule: one customer's picks, best first, as product ids or catalogue `Product`s, in a
+#: list or tuple of at most `request.limit`. An empty answer is a digest without picks.
+PicksRule = Callable[[PickRequest], Sequence[str | Product]]
+#: `DIGEST_PICKS_RULE`'s default: `popular_in_your_categories`, by its import path
+DEFAULT_PICKS_RULE = "digest_pipeline.domain.catalogue:popular_in_your_categories"
+
+
+def popular_in_your_categories(request: PickRequest) -> list[Product]:
+    """The built-in picks rule: top sellers in the customer's categories, then new arrivals.
+
+    `pick_products`'s rule, over the ranking the week prepared once (`PickPlan.picks`).
+    """
+    return request.week.picks(request.bought, request.limit)
+
+
+class PicksRejected(DigestError):
+    """A picks rule's answer for one customer is not picks of this week's catalogue."""
+
+
+def checked_picks(request: PickRequest, answer: object) -> list[Product]:
+    """The rule's `answer` as the catalogue's products, in order.
+
+    Raises:
+        PicksRejected: not a list or tuple, more than `request.limit` picks, a pick that is
+            neither a product id nor a `Product`, an id the screened catalogue lacks (or a
+            `Product` other than the catalogue's), or a product picked twice. The reason names
+            positions, types and product ids (`shown_id`), never a product's text.
+    """
+    if not isinstance(answer, list | tuple):
+        raise PicksRejected(f"returned a {type(answer).__name__}, not a list or tuple")
+    if len(answer) > request.limit:
+        raise PicksRejected(f"returned {len(answer)} picks; at most {request.limit}")
+    catalogue = request.catalogue
+    picks: dict[str, Product] = {}
+    for position, pick in enumerate(answer, 1):
+        if isinstance(pick, str):
+            named: object = pick
+            known = catalogue.get(pick)
+        elif isinstance(pick, Product):
+            named = pick.product_id
+            known = catalogue.get(named) if isinstance(named, str) else None
+            # the catalogue's own object (the built-in rule's answer) needs no field comparison
+            if known is not None and pick is not known and pick != known:
+                known = None
+        else:
+            raise PicksRejected(f"pick {position} is a {type(pick).__name__}, not a product id")
+        if known is None:
+            raise PicksRejected(
+                f"pick {position} ({shown_id(named)}) is not in the week's screened catalogue"
+            )
+        if known.product_id in picks:
+            raise PicksRejected(f"pick {position} repeats product {known.product_id}")
+        picks[known.product_id] = known
     return list(picks.values())
 
 

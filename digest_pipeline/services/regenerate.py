@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Protocol
 
-from digest_pipeline.domain.catalogue import ProductProblem
+from digest_pipeline.domain.catalogue import PicksRule, ProductProblem, popular_in_your_categories
 from digest_pipeline.domain.chunks import chunked
 from digest_pipeline.domain.model import AuditEntry, DigestRow
 from digest_pipeline.domain.periods import OperationKey, Period
@@ -80,6 +80,7 @@ def regenerate_period(
     picks_per_customer: int = 4,
     lookback: timedelta = LOOKBACK,
     chunk: int = CHUNK,
+    picks_rule: PicksRule = popular_in_your_categories,
 ) -> RegenerateReport:
     """Regenerates the rows of `period`'s never-sent items whose content changed.
 
@@ -92,7 +93,7 @@ def regenerate_period(
         raise RegenerateRefused("a regeneration needs an operator and a reason")
     if picks_per_customer < 1 or chunk < 1:
         raise ValueError("picks_per_customer and chunk must be at least 1")
-    content = plan_content(source, period, lookback)
+    content = plan_content(source, period, lookback, picks_rule)
     counts = {s: n for s, n in ledger.state_counts(period).items() if s in REGENERABLE and n}
     if counts and not dry_run:
         states = ", ".join(f"{s.value} {n}" for s, n in sorted(counts.items()))
@@ -115,12 +116,15 @@ def regenerate_period(
     for items in chunked(ledger.iter_items(period, REGENERABLE, page=chunk), chunk):
         considered.update(i.state for i in items)
         state = {i.key: i.state for i in items}
-        new, _ = content.rows_for(source, list(state), picks_per_customer)
+        new = content.content_of(source, list(state), picks_per_customer)
         by_key: defaultdict[OperationKey, list[DigestRow]] = defaultdict(list)
-        for r in new:
+        for r in new.rows:
             by_key[r.key].append(r)
         old = ledger.digest_rows_of(list(state))
-        changed = [k for k in state if not _same(old[k], by_key[k])]
+        # a customer the rule failed keeps the rows they have: a broken rule never empties a
+        # digest that was good (its line, by key, says which)
+        failed = set(new.rule_failed)
+        changed = [k for k in state if k not in failed and not _same(old[k], by_key[k])]
         unchanged += len(state) - len(changed)
         if dry_run:
             done: Sequence[OperationKey] = changed

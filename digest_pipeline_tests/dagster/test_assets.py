@@ -52,6 +52,7 @@ def test_a_week_materialises_and_records_its_counts(clean_week):
         "this_run_rows": 20,
         "this_run_skipped_existing": 0,
         "this_run_without_picks": 0,
+        "this_run_picks_rule_failed": 0,
     }
     assert metadata(result, "digest_work_items") == {
         "period": "2026-W42",

@@ -12,12 +12,8 @@ import pytest
 
 from digest_pipeline import settings_catalogue
 from digest_pipeline.cli.context import log_level
-from digest_pipeline.settings import (
-    InvalidSetting,
-    load_executor_settings,
-    load_first_week,
-    load_settings,
-)
+from digest_pipeline.executor_settings import load_executor_settings
+from digest_pipeline.settings import InvalidSetting, load_first_week, load_settings
 
 PACKAGE = Path(settings_catalogue.__file__).resolve().parent
 ROOT = PACKAGE.parent

@@ -1,14 +1,16 @@
 """The digest as customers see it: subject, preheader, text and HTML parts from Jinja2 templates.
 
-It sets the headers every digest carries (design §7, RFC 8058 one-click unsubscribe, an RFC 2919
-List-Id and a Feedback-ID, both named after the sender's domain and never a customer), and both
-parts' footers show the sender's postal address (`DIGEST_POSTAL_ADDRESS`, CAN-SPAM). Anything
-that cannot become a safe message raises RenderError with a one-line reason naming the operation
-key, never the address or content, so delivery records a permanent failure for that item. A
-refused pick is named by its row position, its product id and the field (`digest row 2 (product
-prod-0042) has an invalid image_url`), so the operator knows which catalogue row to fix. The
-link's token is `domain.unsubscribe.unsubscribe_token` (re-exported here), the one `digest serve`
-checks.
+The templates are the package's, or the shop's of the same names (`DIGEST_TEMPLATE_DIR`, checked
+when the composer is built: templates.py), with the shop's brand (`domain.brand`) and prices in
+its locale (prices.py). Every digest carries the headers of headers.py (design §7, RFC 8058
+one-click unsubscribe, an RFC 2919 List-Id and a Feedback-ID, both named after the sender's
+domain and never a customer), and both parts' footers show the sender's postal address
+(`DIGEST_POSTAL_ADDRESS`, CAN-SPAM). Anything that cannot become a safe message raises
+RenderError with a one-line reason naming the operation key, never the address or content, so
+delivery records a permanent failure for that item. A refused pick is named by its row
+position, its product id and the field (`digest row 2 (product prod-0042) has an invalid
+image_url`), so the operator knows which catalogue row to fix. The link's token is
+`domain.unsubscribe.unsubscribe_token` (re-exported here), the one `digest serve` checks.
 
 The Message-ID is keyed by the install: HMAC-SHA256 under a key derived from the unsubscribe
 secret (never the secret itself, so it reveals no token material), at `DIGEST_MESSAGE_ID_DOMAIN`
@@ -16,16 +18,14 @@ secret (never the secret itself, so it reveals no token material), at `DIGEST_ME
 Message-IDs, so a receiver sees a resend after the rotation as a new message, not a duplicate.
 """
 
-import hashlib
-import hmac
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal, InvalidOperation
 from email.headerregistry import Address
-from email.utils import format_datetime, parseaddr
 from functools import lru_cache, partial
+from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 from urllib.parse import quote
@@ -33,7 +33,12 @@ from urllib.parse import quote
 import jinja2
 import markupsafe
 
+from digest_pipeline.adapters.mail.headers import digest_headers, sender_domain
+from digest_pipeline.adapters.mail.headers import message_id_key as message_id_key
 from digest_pipeline.adapters.mail.mime import PLAIN_ADDRESS, check_headers, to_bytes
+from digest_pipeline.adapters.mail.prices import formatted_price, known_locale
+from digest_pipeline.adapters.mail.templates import check_templates, environment, load
+from digest_pipeline.domain.brand import Brand, brand_problem
 from digest_pipeline.domain.catalogue import encodable, is_web_link, shown_id
 from digest_pipeline.domain.compliance import Compliance, message_id_domain, postal_address
 from digest_pipeline.domain.errors import InvalidRecipient, RenderError
@@ -46,7 +51,8 @@ from digest_pipeline.ports import Clock, Composer
 # \s covers CR, LF and the Unicode line separators; the range covers every other C0/C1 control.
 _CONTROL = re.compile(r"[\s\x00-\x1f\x7f-\x9f]+")
 _CURRENCY = re.compile(r"[A-Z]{3}")
-_SYMBOLS = {"EUR": "€", "USD": "$", "GBP": "£"}
+#: the package's look: its templates' own colours and no logo, named "Example Shop"
+_DEFAULT_BRAND = Brand()
 _SUBJECT_MAX = 150
 _TEMPLATES = ("subject.txt.j2", "preheader.txt.j2", "digest.txt.j2", "digest.html.j2")
 #: one pick's block of each part, rendered once per pick (and number) and reused by every
@@ -55,14 +61,6 @@ _PICK_TEMPLATES = ("pick.html.j2", "pick.txt.j2")
 _PICK_BLOCKS_KEPT = 4096
 #: the longest customer id there can be (periods.validate_customer_id), for the settings probe
 _PROBE_KEY = OperationKey(FIRST_PERIOD, "x" * 128)
-#: RFC 2919 list-label and phrase: the same for every week, so a receiver's filters and
-#: reputation follow one list for as long as the sender's domain stays the same
-LIST_LABEL = "weekly-digest"
-LIST_PHRASE = "Weekly digest"
-#: a hostname of one label or more (RFC 2919 allows the bare `localhost`), ASCII after IDNA
-_HOSTNAME = re.compile(r"[a-z0-9](?:[a-z0-9-]*[a-z0-9])?(?:\.[a-z0-9](?:[a-z0-9-]*[a-z0-9])?)*")
-#: the label that separates the Message-ID key from the unsubscribe tokens' use of the secret
-_MESSAGE_ID_LABEL = b"digest-message-id"
 #: the Message-ID domain of a sender without one; compose refuses such a sender anyway
 _NO_DOMAIN = "digest.invalid"
 #: the footer's address when `DIGEST_POSTAL_ADDRESS` is unset. Only a demo ledger gets that far
@@ -70,11 +68,6 @@ _NO_DOMAIN = "digest.invalid"
 #: line, so the demo shows where the address goes and a message that ever went out without one
 #: would say so instead of hiding it.
 DEMO_POSTAL_ADDRESS = "[demo: no postal address; set DIGEST_POSTAL_ADDRESS]"
-
-
-def message_id_key(secret: str) -> bytes:
-    """The install's Message-ID key: HMAC-SHA256(secret, "digest-message-id")."""
-    return hmac.new(secret.encode(), _MESSAGE_ID_LABEL, hashlib.sha256).digest()
 
 
 def _one_line(text: str, limit: int | None = None) -> str:
@@ -106,47 +99,6 @@ def _parses_as_one_address(recipient: str) -> bool:
         # AttributeError and on deeply nested comments with RecursionError.
         return False
     return bool(address.username and address.domain) and address.addr_spec == recipient
-
-
-def _sender_domain(sender: str) -> str | None:
-    """The sender address's domain as an ASCII hostname (IDNA), or None if it has none."""
-    try:
-        domain = parseaddr(sender)[1].rpartition("@")[2].lower()
-        ascii_domain = domain.encode("idna").decode("ascii")
-    except Exception:
-        # UnicodeError for a label IDNA refuses; the parser may crash on malformed input
-        return None
-    return ascii_domain if _HOSTNAME.fullmatch(ascii_domain) else None
-
-
-def _list_headers(key: OperationKey, domain: str | None) -> tuple[tuple[str, str], ...]:
-    if domain is None:
-        return ()
-    return (
-        # RFC 2919 §3: a phrase and `<list-label.namespace>`, the namespace a domain the
-        # sender controls, so no one else can claim the same id
-        ("List-Id", f"{LIST_PHRASE} <{LIST_LABEL}.{domain}>"),
-        # Gmail's `CampaignId:CustomerId:Other:SenderId`: the week is the campaign, so its
-        # complaint rate is reported per week; nothing in it names a recipient
-        ("Feedback-ID", f"{key.period}:digest:weekly:{domain}"),
-    )
-
-
-def _headers(
-    key: OperationKey, unsubscribe: str, now: datetime, domain: str | None, message_id: str
-) -> tuple[tuple[str, str], ...]:
-    return (
-        ("Message-ID", message_id),
-        ("X-Digest-Operation-Key", str(key)),
-        ("List-Unsubscribe", f"<{unsubscribe}>"),
-        ("List-Unsubscribe-Post", "List-Unsubscribe=One-Click"),
-        *_list_headers(key, domain),
-        ("Date", _date(now.replace(microsecond=0))),
-    )
-
-
-#: the Date header of a second: every message composed in the same second shares it
-_date = lru_cache(maxsize=4)(format_datetime)
 
 
 @dataclass(frozen=True)
@@ -193,7 +145,7 @@ def _link(value: object, name: str) -> str | None:
     return str(value)
 
 
-def _price(raw: object, currency_raw: object) -> str | None:
+def _price(raw: object, currency_raw: object, locale: str | None) -> str | None:
     currency = str(currency_raw or "EUR").upper()
     if raw is None or raw == "":
         return None
@@ -205,12 +157,17 @@ def _price(raw: object, currency_raw: object) -> str | None:
         raise _Problem("has an invalid price")
     if not _CURRENCY.fullmatch(currency):
         raise _Problem("has an invalid currency")
-    symbol = _SYMBOLS.get(currency)
-    return f"{symbol}{amount:,.2f}" if symbol else f"{amount:,.2f} {currency}"
+    return formatted_price(amount, currency, locale)
 
 
 def _checked_pick(
-    title_raw: object, url: object, image_url: object, price: object, currency: object
+    title_raw: object,
+    url: object,
+    image_url: object,
+    price: object,
+    currency: object,
+    *,
+    locale: str | None = None,
 ) -> _Pick:
     title = _one_line(str(title_raw or ""))
     if not title:
@@ -220,12 +177,12 @@ def _checked_pick(
     link = _link(url, "url")
     if link is None:
         raise _Problem("lacks a url")
-    return _Pick(title, _price(price, currency), link, _link(image_url, "image_url"))
+    return _Pick(title, _price(price, currency, locale), link, _link(image_url, "image_url"))
 
 
 #: a week's rows show a few hundred products to every customer: each one is checked once
 #: (a refusal is not cached, so it is raised again with its own row's name); `typed`, since
-#: `1 == 1.0 == True` as keys, and `str()` of each differs
+#: `1 == 1.0 == True` as keys, and `str()` of each differs; the locale is part of the key
 _cached_pick = lru_cache(maxsize=4096, typed=True)(_checked_pick)
 #: the payload fields a pick is made of, in `_checked_pick`'s order (`pick_of` reads them inline;
 #: a property test holds the two together)
@@ -234,23 +191,28 @@ _PICK_FIELDS = ("title", "url", "image_url", "price", "currency")
 _SCALARS = frozenset((str, int, float, bool, type(None)))
 
 
-def pick_of(key: OperationKey, row: DigestRow) -> _Pick:
-    """One generated row as the templates see it; RenderError names a row that cannot be shown."""
+def pick_of(key: OperationKey, row: DigestRow, locale: str | None = None) -> _Pick:
+    """One generated row as the templates see it; RenderError names a row that cannot be shown.
+
+    Its price is written as `locale` writes prices (None: the package's own format).
+    """
     p = row.payload
     fields = (p.get("title"), p.get("url"), p.get("image_url"), p.get("price"), p.get("currency"))
     cacheable = {type(v) for v in fields} <= _SCALARS
     check = _cached_pick if cacheable else _checked_pick
     try:
-        return check(*fields)
+        return check(*fields, locale=locale)
     except _Problem as e:
         raise _refused(key, row, str(e)) from None
 
 
 class Jinja2Composer(Composer):
-    """Renders the digest templates shipped in `digest_pipeline/templates`.
+    """Renders the package's digest templates, or the shop's of the same names (`template_dir`).
 
     The HTML template is autoescaped and the text templates are not; a missing template
-    variable raises (StrictUndefined) instead of rendering as an empty string.
+    variable raises (StrictUndefined) instead of rendering as an empty string. `shop_name` is
+    `brand.shop_name`'s shorthand. Templates that do not parse, fail on a sample digest or
+    leave out the unsubscribe link or the postal address are refused here (TemplateRefused).
     """
 
     def __init__(
@@ -260,21 +222,21 @@ class Jinja2Composer(Composer):
         unsubscribe_url: str,
         unsubscribe_secret: str,
         clock: Clock,
-        shop_name: str = "Example Shop",
+        shop_name: str | None = None,
         postal_address: str | None = None,
         message_id_domain: str | None = None,
+        brand: Brand = _DEFAULT_BRAND,
+        template_dir: Path | None = None,
     ) -> None:
-        env = jinja2.Environment(
-            loader=jinja2.PackageLoader("digest_pipeline", "templates"),
-            autoescape=jinja2.select_autoescape(enabled_extensions=("html", "html.j2")),
-            undefined=jinja2.StrictUndefined,
-            trim_blocks=True,
-            lstrip_blocks=True,
-            keep_trailing_newline=True,
-        )
+        self._brand = brand if shop_name is None else replace(brand, shop_name=shop_name)
+        self._template_dir = template_dir.resolve() if template_dir is not None else None
+        # an unknown locale refuses every item (`_probe_settings`); prices are not formatted in it
+        locale = self._brand.locale
+        self._locale = locale if locale is not None and known_locale(locale) else None
+        env = environment(self._template_dir, self._brand)
         # Loaded once, here: a missing template is a deployment error, not a per-item failure.
-        self._templates = {name: env.get_template(name) for name in _TEMPLATES}
-        html_pick, text_pick = (env.get_template(name) for name in _PICK_TEMPLATES)
+        self._templates = {name: load(env, name, self._template_dir) for name in _TEMPLATES}
+        html_pick, text_pick = (load(env, name, self._template_dir) for name in _PICK_TEMPLATES)
         self._pick_html = lru_cache(maxsize=_PICK_BLOCKS_KEPT)(
             lambda pick: html_pick.render(pick=pick)
         )
@@ -287,7 +249,7 @@ class Jinja2Composer(Composer):
         for name, template in self._templates.items():
             template.globals = self._globals[name]
         self._sender = sender
-        self._domain = _sender_domain(sender)
+        self._domain = sender_domain(sender)
         # Formatted once here so a template with unknown fields fails at startup, not per item.
         unsubscribe_url.format(customer_id="c", token="t")
         self._unsubscribe_url = unsubscribe_url
@@ -295,10 +257,10 @@ class Jinja2Composer(Composer):
         self._sign = token_signer(unsubscribe_secret)
         self._id_key = message_id_key(unsubscribe_secret)
         self._clock = clock
-        self._shop_name = shop_name
         self._postal_address = postal_address
         self._message_id_domain = message_id_domain  # None: the sender's domain
         self._settings_refused = self._probe_settings()
+        check_templates(self, self._template_dir)
 
     @property
     def unsubscribe_secret(self) -> str:
@@ -322,10 +284,7 @@ class Jinja2Composer(Composer):
             raise RenderError(f"{key}: the clock is not timezone-aware UTC")
         context = self.template_context(item, rows)
         try:
-            subject = _one_line(self._render("subject.txt.j2", context), _SUBJECT_MAX)
-            context["preheader"] = _one_line(self._render("preheader.txt.j2", context), 140)
-            text = self._render("digest.txt.j2", context)
-            html = self._render("digest.html.j2", context)
+            subject, text, html = self.render_parts(context)
         except jinja2.TemplateError as e:
             raise RenderError(f"{key}: template failed ({type(e).__name__})") from e
         message = Message(
@@ -335,7 +294,7 @@ class Jinja2Composer(Composer):
             subject=subject,
             text=text,
             html=html,
-            headers=_headers(
+            headers=digest_headers(
                 key, context["unsubscribe_url"], now, self._domain, self._message_id(key)
             ),
         )
@@ -347,6 +306,16 @@ class Jinja2Composer(Composer):
         check_headers(message)
         return message
 
+    def render_parts(self, context: dict[str, Any]) -> tuple[str, str, str]:
+        """The subject line, text part and HTML part of `context` (the preheader goes into it)."""
+        subject = _one_line(self._render("subject.txt.j2", context), _SUBJECT_MAX)
+        context["preheader"] = _one_line(self._render("preheader.txt.j2", context), 140)
+        return (
+            subject,
+            self._render("digest.txt.j2", context),
+            self._render("digest.html.j2", context),
+        )
+
     def template_context(self, item: WorkItem, rows: Sequence[DigestRow]) -> dict[str, Any]:
         """What the templates are rendered with, but the preheader (rendered from it first).
 
@@ -354,7 +323,7 @@ class Jinja2Composer(Composer):
         """
         key = item.key
         ordered = sorted(rows, key=lambda r: r.position)
-        picks = [pick_of(key, row) for row in ordered]
+        picks = [pick_of(key, row, self._locale) for row in ordered]
         names = (r.payload.get("customer_name") for r in ordered)
         customer_name = next((_one_line(str(n)) for n in names if n), "")
         if not encodable(customer_name):
@@ -365,7 +334,7 @@ class Jinja2Composer(Composer):
             "pick_titles": [p.title for p in picks],
             "pick_blocks": self.pick_blocks(picks),
             "customer_name": customer_name,
-            "shop_name": self._shop_name,
+            "shop_name": self._brand.shop_name,
             "period_label": f"week {item.period.week}, {item.period.year}",
             "unsubscribe_url": self._unsubscribe(key.customer_id),
             "postal_address": self._postal_address or DEMO_POSTAL_ADDRESS,
@@ -394,10 +363,11 @@ class Jinja2Composer(Composer):
             self._sender,
             self._unsubscribe_url,
             self._secret,
-            self._shop_name,
+            self._brand,
             clock,
             self._postal_address,
             self._message_id_domain,
+            self._template_dir,
         )
 
     @property
@@ -432,8 +402,12 @@ class Jinja2Composer(Composer):
         Message-ID digest, date, week) come from fixed alphabets, so one serialisation at the
         longest customer id answers for every message; To and Subject are checked per item.
         """
-        if not encodable(self._shop_name):
+        if not encodable(self._brand.shop_name):
             return "the shop name is not valid Unicode"
+        if (problem := brand_problem(self._brand)) is not None:
+            return problem
+        if self._brand.locale is not None and self._locale is None:
+            return "the locale is not one Babel knows"
         for name, value, check in (
             ("postal address", self._postal_address, postal_address),
             ("Message-ID domain", self._message_id_domain, message_id_domain),
@@ -443,7 +417,7 @@ class Jinja2Composer(Composer):
         unsubscribe = self._unsubscribe(_PROBE_KEY.customer_id)
         probe_time = datetime(2026, 1, 5, tzinfo=UTC)
         message_id = self._message_id(_PROBE_KEY)
-        headers = _headers(_PROBE_KEY, unsubscribe, probe_time, self._domain, message_id)
+        headers = digest_headers(_PROBE_KEY, unsubscribe, probe_time, self._domain, message_id)
         probe = Message(_PROBE_KEY, "probe@example.invalid", self._sender, "p", "p", None, headers)
         try:
             to_bytes(probe)
@@ -467,18 +441,23 @@ def _composer(
     sender: str,
     url: str,
     secret: str,
-    shop_name: str,
+    brand: Brand,
     clock: Callable[[], Clock],
     postal: str | None,
     id_domain: str | None,
+    template_dir: Path | None,
 ) -> Jinja2Composer:
-    """`Jinja2Composer.recipe`'s call: the same composer, on a clock made in this process."""
+    """`Jinja2Composer.recipe`'s call: the same composer, on a clock made in this process.
+
+    The shop's templates are read and checked again in this process, as at any start.
+    """
     return Jinja2Composer(
         sender=sender,
         unsubscribe_url=url,
         unsubscribe_secret=secret,
         clock=clock(),
-        shop_name=shop_name,
         postal_address=postal,
         message_id_domain=id_domain,
+        brand=brand,
+        template_dir=template_dir,
     )
