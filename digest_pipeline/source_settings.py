@@ -42,6 +42,8 @@ FIELDS: dict[str, tuple[str, ...]] = {
 #: fields a product may lack: `columns: {image_url: null}` reads every product without one
 OPTIONAL = frozenset({"image_url"})
 _TABLE_KEYS, _QUERY_KEYS = frozenset({"table", "schema", "columns"}), frozenset({"query"})
+#: beside either form: the key of the Dagster asset that writes these records (`team/users`)
+_ASSET_KEY = "asset"
 
 
 class InvalidSource(DigestError, ValueError):
@@ -59,6 +61,9 @@ class EntitySource:
     #: (field, source column or None for an absent optional field), every field of the kind
     columns: tuple[tuple[str, str | None], ...] = ()
     query: str | None = None
+    #: the key path of the team's Dagster asset that writes these records, if it names one:
+    #: the digest's assets that read them depend on it, so lineage runs from the team's data
+    asset: tuple[str, ...] | None = None
 
     @property
     def origin(self) -> str:
@@ -155,19 +160,29 @@ def _parse(doc: Any, name: str) -> tuple[EntitySource, ...]:
 def _entity(entity: str, spec: Any, name: str) -> EntitySource:
     if not isinstance(spec, dict) or not spec:
         raise InvalidSource(f"{name}: must hold `table` (with optional `columns`) or `query`")
-    keys = {str(k) for k in spec}
+    asset = _asset(spec[_ASSET_KEY], f"{name}.{_ASSET_KEY}") if _ASSET_KEY in spec else None
+    keys = {str(k) for k in spec} - {_ASSET_KEY}
     if not (keys <= _TABLE_KEYS or keys <= _QUERY_KEYS) or not keys & {"table", "query"}:
         raise InvalidSource(
             f"{name}: use either `table` (with optional `schema` and `columns`) or `query`, "
             f"not {', '.join(sorted(keys))}"
         )
     if "query" in spec:
-        return EntitySource(entity, query=_query(spec["query"], f"{name}.query"))
+        return EntitySource(entity, query=_query(spec["query"], f"{name}.query"), asset=asset)
     table = _name(spec["table"], f"{name}.table")
     schema = _name(spec["schema"], f"{name}.schema") if "schema" in spec else None
-    return EntitySource(
-        entity, table, schema, _columns(entity, spec.get("columns") or {}, f"{name}.columns")
-    )
+    columns = _columns(entity, spec.get("columns") or {}, f"{name}.columns")
+    return EntitySource(entity, table, schema, columns, asset=asset)
+
+
+def _asset(value: Any, name: str) -> tuple[str, ...]:
+    """An asset key as Dagster spells it in the UI: its path parts joined by `/`."""
+    parts = tuple(p.strip() for p in value.split("/")) if isinstance(value, str) else ()
+    if not parts or not all(p.replace("_", "").replace("-", "").isalnum() for p in parts):
+        raise InvalidSource(
+            f"{name}: must be an asset key such as users or shop/users (letters, digits, _ and -)"
+        )
+    return parts
 
 
 def _query(value: Any, name: str) -> str:

@@ -11,6 +11,7 @@ import dagster as dg
 from digest_pipeline.defs.asset_checks import CLEANUP_CHECKS, CONTENT_CHECKS, SNAPSHOT_CHECKS
 from digest_pipeline.defs.check_step import asset_with_checks
 from digest_pipeline.defs.guards import refuse_week, refused, week_refusal
+from digest_pipeline.defs.lineage import upstream
 from digest_pipeline.defs.partitions import weekly_partitions
 from digest_pipeline.defs.report import period_metadata, this_run, with_partitions_note
 from digest_pipeline.defs.resources import DeliveryResource
@@ -28,7 +29,7 @@ GROUP = "digest"
 EXCLUDED_SHOWN = 100
 
 
-@asset_with_checks(SNAPSHOT_CHECKS, group=GROUP)
+@asset_with_checks(SNAPSHOT_CHECKS, group=GROUP, deps=upstream("customers"))
 def eligibility_snapshot(
     context: dg.AssetExecutionContext,
     customer_source: dg.ResourceParam[CustomerSource],
@@ -80,7 +81,9 @@ def eligibility_snapshot(
     )
 
 
-@asset_with_checks(CONTENT_CHECKS, group=GROUP, deps=["eligibility_snapshot"])
+@asset_with_checks(
+    CONTENT_CHECKS, group=GROUP, deps=["eligibility_snapshot", *upstream("products", "orders")]
+)
 def digest_content(
     context: dg.AssetExecutionContext,
     customer_source: dg.ResourceParam[CustomerSource],

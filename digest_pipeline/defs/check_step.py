@@ -127,7 +127,7 @@ def check_step(asset: str, checks: Sequence[Check]) -> dg.AssetChecksDefinition:
 
 
 def asset_with_checks(
-    checks: Sequence[Check], *, group: str, deps: Sequence[str] = ()
+    checks: Sequence[Check], *, group: str, deps: Sequence[str | dg.AssetKey] = ()
 ) -> Callable[[Callable[..., dg.MaterializeResult[None] | None]], dg.AssetsDefinition]:
     """Makes `fn` a weekly asset named after it, whose step then evaluates `checks` on it.
 

@@ -84,6 +84,19 @@ def test_a_table_maps_the_listed_fields_and_reads_the_rest_by_their_own_names(tm
     )
 
 
+def test_an_asset_key_is_kept_beside_either_form_as_its_path(tmp_path):
+    (tmp_path / "shop.yaml").write_text(
+        "customers: {table: users, asset: shop/users}\norders: {query: SELECT 1, asset: buys}\n",
+        encoding="utf-8",
+    )
+
+    source = read_source({"DIGEST_SOURCE_CONFIG": "shop.yaml"}, tmp_path)
+
+    assert source.entity("customers").asset == ("shop", "users")
+    assert source.entity("orders").asset == ("buys",)
+    assert source.entity("products").asset is None
+
+
 def test_a_query_is_kept_as_written_without_its_closing_semicolon(tmp_path):
     source = read(tmp_path, "customers:\n  query: |\n    SELECT a AS b\n    FROM users;\n")
 
@@ -124,6 +137,9 @@ def test_a_relative_file_is_found_from_the_project_folder_and_named_as_given(tmp
         ),
         ("customers: {table: u, columns: {email: null}}", "customers.columns.email: must be a"),
         ("products: {table: p, columns: {image_url: 3}}", "(or null: no such column)"),
+        ("customers: {table: u, asset: 'a b'}", "customers.asset: must be an asset key such as"),
+        ("orders: {query: SELECT 1, asset: [x]}", "orders.asset: must be an asset key such as"),
+        ("customers: {asset: users}", "customers: use either `table`"),
     ],
 )
 def test_a_malformed_mapping_is_one_line_naming_the_key(tmp_path, config, says):
