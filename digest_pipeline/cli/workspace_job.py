@@ -68,7 +68,15 @@ def execute_workspace_job(
         # Dagster's own snapshot of the schedule reads this deprecated property (1.13.27,
         # `external_data.py::ScheduleSnap.from_def`): nothing a user of `digest run` can change
         warnings.filterwarnings("ignore", _SCHEDULE_ENV_VARS, DeprecationWarning)
-        location = local.create_location(instance)
+        try:
+            location = local.create_location(instance)
+        except Exception as e:
+            # the project's own code (a merged code location): its error, one line, no traceback
+            first = (str(e).strip().splitlines() or [""])[0]
+            raise UsageError(
+                f"code location {origin.location_name} ({workspace.name}) does not load: "
+                f"{type(e).__name__}: {first}"
+            ) from e
     with location:
         repos = [r for r in location.get_repositories().values() if r.has_job(job_name)]
         if not repos:
