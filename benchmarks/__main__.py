@@ -32,6 +32,7 @@ from benchmarks import (
     scale_out,
     shop_source,
     side_by_side,
+    tables,
     targets,
     ui_launch,
     weeks,
@@ -128,12 +129,12 @@ def main(argv: Sequence[str]) -> int:
     p.add_argument("--large", action="store_true", help=f"add {e2e.LARGE:,} customers to e2e")
     p.add_argument(
         "--sizes",
-        type=common.int_list,
+        type=tables.int_list,
         help=f"e2e customer counts (default {','.join(map(str, e2e.SIZES))}); see above",
     )
     p.add_argument(
         "--executors",
-        type=common.str_list,
+        type=tables.str_list,
         default=list(e2e.EXECUTORS),
         help="e2e executors: inproc, multiprocess (2 step processes; postgres + inproc mailer)",
     )

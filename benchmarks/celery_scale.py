@@ -52,7 +52,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from benchmarks import common
+from benchmarks import common, tables
 from digest_pipeline.domain.periods import Period
 from digest_pipeline.rigs.bootstrap import open_rig_ledger
 
@@ -241,7 +241,7 @@ def run(opts: Options) -> dict[str, Any]:
         base = next((r["sends_per_s"] for r in rows if r["workers"] == 1), None)
         for r in rows:
             r["vs_1_worker"] = round(r["sends_per_s"] / base, 2) if base else None
-    common.print_table(
+    tables.print_table(
         f"Celery scale-out: {opts.customers:,} customers, {opts.latency_ms:g} ms HTTP provider, "
         f"batch {opts.batch_size}, concurrency {opts.concurrency}, 1-process workers on Redis + "
         "PostgreSQL; sends_per_s over first batch start to last batch success",
@@ -259,7 +259,7 @@ def run(opts: Options) -> dict[str, Any]:
     print(f"2 workers >= 1.6x one: {_verdict(speedup)}")
     print(f"zero duplicates: {_verdict(no_dups)}")
     sys.stdout.flush()
-    return common.publish(
+    return tables.publish(
         "celery_scale",
         rows,
         opts,
@@ -269,7 +269,7 @@ def run(opts: Options) -> dict[str, Any]:
 
 def main(argv: Sequence[str]) -> int:
     p = argparse.ArgumentParser(prog=f"python -m {MODULE}", description=__doc__)
-    p.add_argument("--workers", type=common.int_list, default=list(WORKERS))
+    p.add_argument("--workers", type=tables.int_list, default=list(WORKERS))
     p.add_argument("--customers", type=int, default=CUSTOMERS)
     p.add_argument("--latency-ms", type=float, default=LATENCY_MS)
     p.add_argument("--batch-size", type=int, default=BATCH_SIZE)

@@ -29,7 +29,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from benchmarks import common
+from benchmarks import common, job_run, tables
 from digest_pipeline.domain.periods import Period
 from digest_pipeline.rigs.servers.celery_rig import parent_of
 
@@ -133,7 +133,7 @@ def _measure(opts: Options, processes: int, row: int, root: Path) -> dict[str, A
         "DIGEST_DELIVERY_WINDOW_SECONDS": str(int(window.total_seconds())),
         # the seeded week is a partition whatever the ledger held when the definitions loaded
         "DIGEST_FIRST_WEEK": str(W42),
-        common.DELIVERY_PROCESSES_ENV: str(processes),
+        job_run.DELIVERY_PROCESSES_ENV: str(processes),
     }
     rig = CeleryRig(root / f"run_{row}", settings, dagster_url)
     started = time.perf_counter()
@@ -168,7 +168,7 @@ def _measure(opts: Options, processes: int, row: int, root: Path) -> dict[str, A
         "private_mb": digest[1],
         "helper_rss_mb": helper[0] if helper else None,
         "helper_private_mb": helper[1] if helper else None,
-        "accounted": common.accounted_cell(verdict),
+        "accounted": tables.accounted_cell(verdict),
         "dup_sends": verdict["ledger_double_sends"],
         "run_id": run_id,
     }
@@ -180,19 +180,19 @@ def run(opts: Options) -> dict[str, Any]:
     else:
         with tempfile.TemporaryDirectory(prefix="digest-bench-run-") as d:
             rows = [_measure(opts, n, i, Path(d)) for i, n in enumerate(opts.processes)]
-    common.print_table(
+    tables.print_table(
         f"digest run (the console script, progress line and all): {opts.customers:,} customers, "
         "PostgreSQL ledger and Dagster storage, outbox mailer, DIGEST_DELIVERY_PROCESSES per row; "
         "memory = peaks sampled from /proc (private: pages not shared with another process)",
         rows,
         COLUMNS,
     )
-    return common.publish("digest_run", rows, opts)
+    return tables.publish("digest_run", rows, opts)
 
 
 def main(argv: Sequence[str]) -> int:
     p = argparse.ArgumentParser(prog=f"python -m {MODULE}", description=__doc__)
-    p.add_argument("--processes", type=common.int_list, default=list(PROCESSES))
+    p.add_argument("--processes", type=tables.int_list, default=list(PROCESSES))
     p.add_argument("--customers", type=int, default=CUSTOMERS)
     p.add_argument("--json-dir", type=Path, default=common.DEFAULT_JSON_DIR)
     a = p.parse_args(argv)

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from benchmarks import common
+from benchmarks import common, job_run, tables
 
 MODULE = "benchmarks.e2e"
 SIZES = (10_000, 100_000)
@@ -53,7 +53,7 @@ COLUMNS = (
     "event_rows",
     "rss_mb",
     "rss_children_mb",
-    *common.VERDICT_COLUMNS,
+    *tables.VERDICT_COLUMNS,
     "note",
 )
 
@@ -92,7 +92,7 @@ def _row(backend: str, mailer: str, executor: str, m: dict[str, Any]) -> dict[st
         # an in-process run has no children; multiprocess: the largest step process;
         # inproc2: the largest delivery helper
         "rss_children_mb": m["rss_children_mb"] if executor != "inproc" else None,
-        **common.verdicts(m),
+        **tables.verdicts(m),
     }
 
 
@@ -121,16 +121,16 @@ def _variants(opts: Options) -> list[tuple[str, str, str]]:
 def _measure(backend: str, mailer: str, executor: str, customers: int) -> dict[str, Any]:
     """One row's run; multiprocess starts steps from a forkserver, or with spawn if that fails."""
     if executor == "inproc":
-        m = common.measure_in_child(MODULE, backend, customers, mailer=mailer)
+        m = job_run.measure_in_child(MODULE, backend, customers, mailer=mailer)
         return _row(backend, mailer, executor, m)
     if executor == "inproc2":
-        settings = {common.DELIVERY_PROCESSES_ENV: str(HELPER_PROCESSES)}
-        m = common.measure_in_child(MODULE, backend, customers, mailer=mailer, settings=settings)
+        settings = {job_run.DELIVERY_PROCESSES_ENV: str(HELPER_PROCESSES)}
+        m = job_run.measure_in_child(MODULE, backend, customers, mailer=mailer, settings=settings)
         return _row(backend, mailer, executor, m)
     note = None
     for start in (START_METHOD, FALLBACK_START_METHOD):
         try:
-            m = common.measure_in_child(
+            m = job_run.measure_in_child(
                 MODULE,
                 backend,
                 customers,
@@ -175,7 +175,7 @@ def run(opts: Options) -> dict[str, Any]:
                 row["note"] = f"{row['note']}; {note}" if row.get("note") else note
             rows.append(row)
             last[key] = row
-    common.print_table(
+    tables.print_table(
         "End to end: weekly_digest_job, one fresh process per row; executor inproc = "
         "execute_in_process (one process), inproc2 = the same with "
         f"DIGEST_DELIVERY_PROCESSES={HELPER_PROCESSES} (stmts and rss_children_mb as for "
@@ -190,20 +190,20 @@ def run(opts: Options) -> dict[str, Any]:
         rows,
         COLUMNS,
     )
-    return common.publish("e2e", rows, opts)
+    return tables.publish("e2e", rows, opts)
 
 
 def main(argv: Sequence[str]) -> int:
-    if common.child_main(argv, common.measure_job):
+    if common.child_main(argv, job_run.measure_job):
         return 0
     p = argparse.ArgumentParser(prog="python -m benchmarks.e2e", description=__doc__)
-    p.add_argument("--sizes", type=common.int_list, default=list(SIZES))
+    p.add_argument("--sizes", type=tables.int_list, default=list(SIZES))
     p.add_argument("--large", action="store_true", help=f"also {LARGE:,} customers")
-    p.add_argument("--backends", type=common.str_list, default=list(BACKENDS))
-    p.add_argument("--mailers", type=common.str_list, default=list(MAILERS))
+    p.add_argument("--backends", type=tables.str_list, default=list(BACKENDS))
+    p.add_argument("--mailers", type=tables.str_list, default=list(MAILERS))
     p.add_argument(
         "--executors",
-        type=common.str_list,
+        type=tables.str_list,
         default=list(EXECUTORS),
         help="inproc, multiprocess (the latter only for postgres + inproc mailer)",
     )

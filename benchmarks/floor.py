@@ -21,7 +21,7 @@ from typing import Any
 
 import psycopg
 
-from benchmarks import common, compose
+from benchmarks import common, compose, tables
 from digest_pipeline.adapters.sql.engine import create_ledger_engine, migrate
 
 CUSTOMERS = 100_000
@@ -214,7 +214,7 @@ def measure(conninfo: str, customers: int, chunk: int) -> dict[str, Any]:
 def run(opts: Options) -> dict[str, Any]:
     if not common.pg_available():
         print(f"\nSQL floor: {common.SKIPPED_PG}")
-        return common.publish("floor", [], opts, skipped=common.SKIPPED_PG)
+        return tables.publish("floor", [], opts, skipped=common.SKIPPED_PG)
     # the worker's side of the machine in the same sitting, first: the database is idle then,
     # not still writing out the week the floor leaves behind
     compose_us = round(compose.compose_us(), 1)
@@ -226,14 +226,14 @@ def run(opts: Options) -> dict[str, Any]:
             engine.dispose()
         row = measure(common.conninfo(backend.ledger_url), opts.customers, opts.chunk)
     row["compose_us"] = compose_us
-    common.print_table(
+    tables.print_table(
         "SQL floor: the ledger's writes for one week as set-based statements (PostgreSQL, no"
         " Dagster, no Python per item); compare with the end-to-end rows' phases. compose_us:"
         " one digest composed on this machine now, the per-item Python floor",
         [row],
         COLUMNS,
     )
-    return common.publish("floor", [row], opts)
+    return tables.publish("floor", [row], opts)
 
 
 def main(argv: Sequence[str]) -> int:

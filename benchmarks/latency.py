@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from benchmarks import common
+from benchmarks import common, job_run, tables
 from benchmarks.bench_mailer import BenchMailer
 from digest_pipeline.adapters.clock import SystemClock
 from digest_pipeline.adapters.sql.customer_source import SqlCustomerSource
@@ -119,11 +119,11 @@ def _level(backend: str, concurrency: int, opts: Options) -> dict[str, Any]:
         "items": s["eligible"],
         "bound_per_s": round(bound, 1),
         "pct_of_bound": round(100 * s["sends_per_s"] / bound, 1),
-        "accounted": common.accounted_cell(s),
+        "accounted": tables.accounted_cell(s),
         "dup_sends": s["mailer_dup_sends"] + s["ledger_double_sends"],
     }
     if opts.with_job:
-        j = common.measure_in_child(
+        j = job_run.measure_in_child(
             MODULE,
             backend,
             customers,
@@ -147,20 +147,20 @@ def run(opts: Options) -> dict[str, Any]:
     where = "service level (deliver_due)" + (
         " and the job's digest_deliveries phase (job_*)" if opts.with_job else " only"
     )
-    common.print_table(
+    tables.print_table(
         f"Latency-bound, {opts.latency_ms:g} ms per send, {backend}: {where}; "
         "bound = concurrency / latency; target >= 70 % up to concurrency 64",
         rows,
         COLUMNS,
     )
-    return common.publish("latency", rows, opts)
+    return tables.publish("latency", rows, opts)
 
 
 def main(argv: Sequence[str]) -> int:
-    if common.child_main(argv, common.measure_job):
+    if common.child_main(argv, job_run.measure_job):
         return 0
     p = argparse.ArgumentParser(prog="python -m benchmarks.latency", description=__doc__)
-    p.add_argument("--concurrency", type=common.int_list, default=list(CONCURRENCY))
+    p.add_argument("--concurrency", type=tables.int_list, default=list(CONCURRENCY))
     p.add_argument("--latency-ms", type=float, default=LATENCY_MS)
     p.add_argument("--min-items", type=int, default=MIN_ITEMS)
     p.add_argument("--no-job", action="store_true", help="service level only")

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from benchmarks import common
+from benchmarks import common, tables
 from digest_pipeline.adapters.sql.ledger import SqlLedger
 from digest_pipeline.rigs.bootstrap import open_rig_ledger
 from digest_pipeline.rigs.seeding import SHOP_LINK_SETTINGS, W42, seed_period
@@ -250,7 +250,7 @@ def run(opts: Options) -> dict[str, Any]:
     rows = [measure(opts, r, p, customers_for(r, opts.seconds)) for r, p in cells]
     floor_customers = max(customers_for(r, opts.seconds) for r in opts.rates)
     floor = [measure(opts, None, p, floor_customers) for p in opts.processes]
-    common.print_table(
+    tables.print_table(
         f"Send pacing: DIGEST_SEND_RATE=R against a provider refusing over R requests in any "
         f"sliding second (every request counts, as at Resend), {opts.backend} ledger, "
         f"`digest sweep` rounds in 1 or 2 processes until every item is sent; as the provider "
@@ -260,13 +260,13 @@ def run(opts: Options) -> dict[str, Any]:
         rows,
         COLUMNS,
     )
-    common.print_table(
+    tables.print_table(
         f"Floor, same run: the same server without a limit and without DIGEST_SEND_RATE, "
         f"{floor_customers:,} customers, same process counts (what the machine can send)",
         floor,
         COLUMNS,
     )
-    return common.publish("pacing", rows, opts, floor=floor)
+    return tables.publish("pacing", rows, opts, floor=floor)
 
 
 def main(argv: Sequence[str]) -> int:
@@ -276,8 +276,8 @@ def main(argv: Sequence[str]) -> int:
         action="store_true",
         help=f"R={','.join(map(str, QUICK_RATES))}, one process (for development)",
     )
-    p.add_argument("--rates", type=common.int_list, help=f"default {RATES}")
-    p.add_argument("--processes", type=common.int_list, help=f"default {PROCESSES}")
+    p.add_argument("--rates", type=tables.int_list, help=f"default {RATES}")
+    p.add_argument("--processes", type=tables.int_list, help=f"default {PROCESSES}")
     p.add_argument("--seconds", type=float, default=CELL_SECONDS, help="sending time per cell")
     p.add_argument("--backend", choices=("postgres", "sqlite"), help="default: postgres if set")
     p.add_argument("--json-dir", type=Path, default=common.DEFAULT_JSON_DIR)

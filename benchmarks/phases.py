@@ -20,7 +20,7 @@ from typing import Any
 
 from sqlalchemy import Engine, event
 
-from benchmarks import common
+from benchmarks import common, tables
 from benchmarks.bench_mailer import BenchMailer
 from digest_pipeline.adapters.clock import SystemClock
 from digest_pipeline.adapters.sql.customer_source import SqlCustomerSource
@@ -150,7 +150,7 @@ def _week(backend: str, opts: Options) -> tuple[list[dict[str, Any]], list[dict[
             finally:
                 engine.dispose()
         verdict = common.ledger_verdict(b.ledger_url, period, seeded)
-    accounted = common.accounted_cell(verdict)
+    accounted = tables.accounted_cell(verdict)
     eligible = seeded.eligible
     for row in phases:
         row["items"] = eligible
@@ -171,25 +171,25 @@ def run(opts: Options) -> dict[str, Any]:
         p, s = _week(backend, opts)
         phases += p
         statements += s
-    common.print_table(
+    tables.print_table(
         f"A week's phases through the services alone, {opts.customers:,} customers, "
         f"concurrency {opts.concurrency}, {opts.latency_ms:g} ms a send; cpu_share = the "
         "worker's CPU over the wall clock (the rest is waiting, mostly on the database)",
         phases,
         PHASE_COLUMNS,
     )
-    common.print_table(
+    tables.print_table(
         f"The statements each phase waited on longest (top {TOP}; a COPY is not counted)",
         statements,
         STATEMENT_COLUMNS,
     )
-    return common.publish("phases", phases, opts, statements=statements)
+    return tables.publish("phases", phases, opts, statements=statements)
 
 
 def main(argv: Sequence[str]) -> int:
     p = argparse.ArgumentParser(prog=f"python -m {MODULE}", description=__doc__)
     p.add_argument("--customers", type=int, default=CUSTOMERS)
-    p.add_argument("--backends", type=common.str_list, default=["postgres"])
+    p.add_argument("--backends", type=tables.str_list, default=["postgres"])
     p.add_argument("--concurrency", type=int, default=Options.concurrency)
     p.add_argument("--latency-ms", type=float, default=0.0)
     p.add_argument("--json-dir", type=Path, default=common.DEFAULT_JSON_DIR)

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from benchmarks import common
+from benchmarks import common, job_run, tables
 
 MODULE = "benchmarks.scale_out"
 PROCESSES = (1, 2, 4)
@@ -55,7 +55,7 @@ class Options:
 
 
 def _measure(opts: Options, processes: int, batch_size: int) -> dict[str, Any]:
-    m = common.measure_in_child(
+    m = job_run.measure_in_child(
         MODULE,
         opts.backend,
         opts.customers,
@@ -71,7 +71,7 @@ def _measure(opts: Options, processes: int, batch_size: int) -> dict[str, Any]:
         "processes": processes,
         "batch_size": batch_size,
         "sends_per_s": round(rate, 1),
-        **common.verdicts(m),
+        **tables.verdicts(m),
     }
 
 
@@ -88,7 +88,7 @@ def run(opts: Options) -> dict[str, Any]:
         base = next((r["sends_per_s"] for r in rows if r["processes"] == 1), None)
         for r in rows:
             r["vs_1_process"] = round(r["sends_per_s"] / base, 2) if base else None
-    common.print_table(
+    tables.print_table(
         f"Scale-out: multiprocess executor, {opts.customers:,} customers, "
         f"{opts.latency_ms:g} ms mailer, {opts.backend} ledger + instance; sends_per_s over the "
         "digest_deliveries phase; rss_children_mb = largest step process; target 2 processes "
@@ -96,14 +96,14 @@ def run(opts: Options) -> dict[str, Any]:
         rows,
         COLUMNS,
     )
-    return common.publish("scale_out", rows, opts)
+    return tables.publish("scale_out", rows, opts)
 
 
 def main(argv: Sequence[str]) -> int:
-    if common.child_main(argv, common.measure_job):
+    if common.child_main(argv, job_run.measure_job):
         return 0
     p = argparse.ArgumentParser(prog="python -m benchmarks.scale_out", description=__doc__)
-    p.add_argument("--processes", type=common.int_list, default=list(PROCESSES))
+    p.add_argument("--processes", type=tables.int_list, default=list(PROCESSES))
     p.add_argument("--customers", type=int, default=CUSTOMERS)
     p.add_argument("--latency-ms", type=float, default=LATENCY_MS)
     p.add_argument("--batches", type=int, default=BATCHES)

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from benchmarks import common
+from benchmarks import common, tables
 from digest_pipeline.adapters.clock import SystemClock
 from digest_pipeline.adapters.sql.engine import create_ledger_engine
 from digest_pipeline.adapters.sql.ledger import SqlLedger
@@ -164,7 +164,7 @@ def run(opts: Options) -> dict[str, Any]:
     for row in rows:
         row["rss_vs_default"] = f"{row['rss_mb'] / default['rss_mb']:.2f}x"
         row["same"] = (row["eligible"], row["rows"]) == (default["eligible"], default["rows"])
-    common.print_table(
+    tables.print_table(
         f"Snapshot and content of {opts.customers:,} customers: the demo tables in the ledger "
         "(default) against a shop's own schema in another SQLite file (mapped: customers by a "
         "query, products and orders by table and columns). build_s: the source built and "
@@ -172,7 +172,7 @@ def run(opts: Options) -> dict[str, Any]:
         rows,
         COLUMNS,
     )
-    return common.publish("shop_source", rows, opts)
+    return tables.publish("shop_source", rows, opts)
 
 
 def main(argv: Sequence[str]) -> int:

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from benchmarks import common
+from benchmarks import common, job_run, tables
 from digest_pipeline.settings import load_settings
 
 MODULE = "benchmarks.side_by_side"
@@ -27,7 +27,7 @@ COLUMNS = (
     "delivery_s",
     "ms_per_cust",
     "delivery_ms_per_cust",
-    *common.VERDICT_COLUMNS,
+    *tables.VERDICT_COLUMNS,
 )
 
 
@@ -41,7 +41,7 @@ class Options:
 
 def _measure(backend: str, customers: int, batch_size: int | None) -> dict[str, Any]:
     settings = {"DIGEST_BATCH_SIZE": str(batch_size)} if batch_size else {}
-    m = common.measure_in_child(MODULE, backend, customers, settings=settings)
+    m = job_run.measure_in_child(MODULE, backend, customers, settings=settings)
     default = load_settings({}, common.ROOT).batch_size
     per = 1000 / max(m["eligible"], 1)
     return {
@@ -49,7 +49,7 @@ def _measure(backend: str, customers: int, batch_size: int | None) -> dict[str, 
         "batch_size": f"{batch_size}" if batch_size else f"default ({default})",
         "ms_per_cust": round(m["wall_s"] * per, 2),
         "delivery_ms_per_cust": round((m["delivery_s"] or 0) * per, 2),
-        **common.verdicts(m),
+        **tables.verdicts(m),
     }
 
 
@@ -72,26 +72,26 @@ def run(opts: Options) -> dict[str, Any]:
                 ),
             }
         )
-    common.print_table(
+    tables.print_table(
         f"Side by side: {opts.customers:,} customers, zero-latency mailer, in-process job; "
         "delivery = first to last step event of digest_deliveries",
         rows,
         COLUMNS,
     )
-    common.print_table(
+    tables.print_table(
         "Per-customer ratio, one step per customer / default batches (target >= 50x)",
         ratios,
         ("backend", "run_ratio", "delivery_ratio"),
     )
-    return common.publish("side_by_side", rows, opts, ratios=ratios)
+    return tables.publish("side_by_side", rows, opts, ratios=ratios)
 
 
 def main(argv: Sequence[str]) -> int:
-    if common.child_main(argv, common.measure_job):
+    if common.child_main(argv, job_run.measure_job):
         return 0
     p = argparse.ArgumentParser(prog="python -m benchmarks.side_by_side", description=__doc__)
     p.add_argument("--customers", type=int, default=CUSTOMERS)
-    p.add_argument("--backends", type=common.str_list, default=list(Options.backends))
+    p.add_argument("--backends", type=tables.str_list, default=list(Options.backends))
     p.add_argument("--json-dir", type=Path, default=common.DEFAULT_JSON_DIR)
     a = p.parse_args(argv)
     run(Options(a.customers, a.backends, a.json_dir))

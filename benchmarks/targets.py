@@ -15,7 +15,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from benchmarks import common
+from benchmarks import common, tables
 
 COLUMNS = ("target", "measured", "verdict")
 #: the end-to-end size the throughput, floor and event-row targets are set at
@@ -181,11 +181,11 @@ def large_week(payloads: Payloads) -> Iterator[Verdict]:
 
 
 def _sent_twice(row: Mapping[str, Any]) -> int:
-    # a row carries `common.verdicts`' cell, or (Celery's) its two counts, or (the floor's, the
+    # a row carries `tables.verdicts`' cell, or (Celery's) its two counts, or (the floor's, the
     # phases') no send that a mailer counted
     if "dup_sends" in row:
         return int(row["dup_sends"] or 0)
-    return common.sent_twice(row) if "mailer_dup_sends" in row else 0
+    return tables.sent_twice(row) if "mailer_dup_sends" in row else 0
 
 
 def nothing_lost_or_doubled(payloads: Payloads) -> Verdict:
@@ -228,8 +228,8 @@ def report(json_dir: Path, since: datetime | None = None) -> list[Verdict]:
     """Prints the targets table for the JSON in `json_dir` (from `since` on) and writes it."""
     verdicts = judge(load(json_dir, since))
     rows = [v.row() for v in verdicts]
-    common.print_table("The scale targets, judged from this run's figures", rows, COLUMNS)
-    common.write_json(json_dir, "targets", {"rows": rows})
+    tables.print_table("The scale targets, judged from this run's figures", rows, COLUMNS)
+    tables.write_json(json_dir, "targets", {"rows": rows})
     return verdicts
 
 

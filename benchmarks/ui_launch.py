@@ -23,7 +23,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from benchmarks import common
+from benchmarks import common, tables
 from digest_pipeline.domain.periods import Period
 
 MODULE = "benchmarks.ui_launch"
@@ -111,7 +111,7 @@ def _row(shop: Shop, period: Period, before: int, **figures: Any) -> dict[str, A
         "eligible": shop.seeded.eligible,
         "new_sends": shop.sends() - before,
         "sends": shop.sends(),
-        "accounted": common.accounted_cell(verdict),
+        "accounted": tables.accounted_cell(verdict),
         "dup_sends": verdict["ledger_double_sends"],
         "verdict": verdict,
     }
@@ -223,7 +223,7 @@ def run(opts: Options) -> dict[str, Any]:
     for r in rows:
         if r["path"] == "ui launch":
             r["vs_digest"] = by_key.get((r["executor"], r["pass"]))
-    common.print_table(
+    tables.print_table(
         f"UI launch against digest run: {period}, {opts.customers:,} customers, SQLite ledger "
         "and Dagster home, outbox mailer; wall_s = digest: process start to exit, ui: GraphQL "
         "launch (as 'Materialize all') to the run's end under dagster dev; run_s = the Dagster "
@@ -233,7 +233,7 @@ def run(opts: Options) -> dict[str, Any]:
         rows,
         COLUMNS,
     )
-    return common.publish("ui_launch", rows, opts, ratios=ratios, period=str(period))
+    return tables.publish("ui_launch", rows, opts, ratios=ratios, period=str(period))
 
 
 def main(argv: Sequence[str]) -> int:
@@ -241,7 +241,7 @@ def main(argv: Sequence[str]) -> int:
     p.add_argument("--customers", type=int, default=CUSTOMERS)
     p.add_argument(
         "--executors",
-        type=common.str_list,
+        type=tables.str_list,
         default=list(EXECUTORS),
         help="UI launches: in_process (the default), multiprocess (a process per step)",
     )

@@ -20,7 +20,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from benchmarks import common
+from benchmarks import common, job_run, tables
 from digest_pipeline.domain.periods import Period
 
 MODULE = "benchmarks.weeks"
@@ -38,7 +38,7 @@ COLUMNS = (
     "checks_s",
     "srv_stmts_per_cust",
     "event_rows",
-    *common.VERDICT_COLUMNS,
+    *tables.VERDICT_COLUMNS,
 )
 
 
@@ -69,7 +69,7 @@ def _row(backend: str, period: Period, seeded: common.Seeded, m: dict[str, Any])
         "cleanup_s": asset.get("cleanup"),
         "checks_s": asset.get("checks"),
         "srv_stmts_per_cust": None if srv is None else round(srv / max(seeded.eligible, 1), 2),
-        **common.verdicts(m),
+        **tables.verdicts(m),
     }
 
 
@@ -88,7 +88,7 @@ def _weeks_on(backend_name: str, opts: Options) -> tuple[list[dict[str, Any]], i
     with common.workdir("weeks") as work, common.backend(backend_name, work) as b:
         seeded = common.seed(b.ledger_url, opts.customers, now)
         for period in chosen:
-            spec = common.JobSpec(
+            spec = job_run.JobSpec(
                 b.ledger_url,
                 b.dagster_pg_url,
                 str(work),
@@ -128,27 +128,27 @@ def run(opts: Options) -> dict[str, Any]:
                 "growth": round(last / first, 2),
             }
         )
-    common.print_table(
+    tables.print_table(
         f"Consecutive weeks on one ledger: {opts.customers:,} customers, zero-latency mailer, "
         "in-process job, each week in a fresh process on the same ledger and Dagster storage",
         rows,
         COLUMNS,
     )
-    common.print_table(
+    tables.print_table(
         "The last week's wall as a multiple of the first's",
         growth,
         ("backend", "weeks", "still_accounted", "first_s", "last_s", "growth"),
     )
-    return common.publish("weeks", rows, opts, growth=growth)
+    return tables.publish("weeks", rows, opts, growth=growth)
 
 
 def main(argv: Sequence[str]) -> int:
-    if common.child_main(argv, common.measure_job):
+    if common.child_main(argv, job_run.measure_job):
         return 0
     p = argparse.ArgumentParser(prog="python -m benchmarks.weeks", description=__doc__)
     p.add_argument("--customers", type=int, default=CUSTOMERS)
     p.add_argument("--weeks", type=int, default=WEEKS)
-    p.add_argument("--backends", type=common.str_list, default=list(Options.backends))
+    p.add_argument("--backends", type=tables.str_list, default=list(Options.backends))
     p.add_argument("--json-dir", type=Path, default=common.DEFAULT_JSON_DIR)
     a = p.parse_args(argv)
     if a.weeks < 1 or a.customers < 1:

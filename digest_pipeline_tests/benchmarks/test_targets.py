@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from benchmarks import common, targets
+from benchmarks import common, tables, targets
 from benchmarks.targets import judge, load
 
 
@@ -142,7 +142,7 @@ def test_side_by_side_is_judged_only_at_the_targets_size():
 def test_only_this_runs_json_is_judged(tmp_path: Path):
     payloads = a_run_meeting_every_target()
     for name, payload in payloads.items():
-        common.write_json(tmp_path, name, payload)
+        tables.write_json(tmp_path, name, payload)
     old = json.loads((tmp_path / "floor.json").read_text(encoding="utf-8"))
     old["at"] = (datetime.now(UTC) - timedelta(days=1)).isoformat()
     (tmp_path / "floor.json").write_text(json.dumps(old), encoding="utf-8")
