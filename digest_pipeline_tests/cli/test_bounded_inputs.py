@@ -15,7 +15,7 @@ import pytest
 from digest_pipeline.cli import main
 from digest_pipeline.cli.files import MAX_INPUT_BYTES
 from digest_pipeline_tests.cli.conftest import World
-from digest_pipeline_tests.cli.test_operator_commands import P, k, refused_changes_nothing
+from digest_pipeline_tests.cli.operator_steps import P, k, refused_changes_nothing
 
 LIMIT = f"more than {MAX_INPUT_BYTES} bytes"
 

@@ -9,7 +9,7 @@ import pytest
 from digest_pipeline.domain.states import DeliveryState
 from digest_pipeline_tests.builders import key_of, seed_period
 from digest_pipeline_tests.cli.conftest import OS_USER, World
-from digest_pipeline_tests.cli.test_operator_commands import refused_changes_nothing
+from digest_pipeline_tests.cli.operator_steps import refused_changes_nothing
 
 CUSTOMER = key_of(2).customer_id
 
