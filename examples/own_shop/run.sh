@@ -32,6 +32,9 @@ export DIGEST_UNSUBSCRIBE_SECRET
 export DIGEST_MAILER=outbox
 export DIGEST_OUTBOX_DIR="$work/outbox"
 
+# the same settings for `dagster dev` on this code location (README)
+export -p | grep -E ' (DIGEST_[A-Z_]+|DAGSTER_HOME)=' > "$work/env"
+
 # the shop's own code location (workspace.yaml): its tables and the digest's graph
 cd "$here"
 "$bin/digest" run --period latest
