@@ -121,7 +121,7 @@ class SlowProvider(ProviderServer):
 
 
 def chaos_period(now: datetime) -> Period:
-    """The latest complete week: its delivery window is open for the whole run, on any day."""
+    """The latest complete week; the workers' window (`worker.CHAOS_WINDOW`) keeps it open."""
     return Period.of((now - timedelta(days=7)).date())
 
 

@@ -45,6 +45,10 @@ EXIT_REFUSED = 4
 IDEMPOTENCY_WINDOW = timedelta(hours=24)
 
 
+#: the run's delivery window: open for the whole run at any hour (`policy_of`)
+CHAOS_WINDOW = timedelta(days=14)
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """The worker's command line, as `fleet.Fleet.start` writes it."""
     p = argparse.ArgumentParser(prog="python -m digest_pipeline.rigs.chaos.worker")
@@ -66,7 +70,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def policy_of(args: argparse.Namespace) -> DeliveryPolicy:
-    """The run's short retry schedule and lease, from the command line."""
+    """The run's short retry schedule and lease, from the command line, and a two-week window.
+
+    The run's week is the latest complete one, whose default seven-day window closes when the
+    current week ends: late on a Sunday it would close during the run and dead-letter the rest.
+    """
     return DeliveryPolicy(
         retry=RetryPolicy(
             base=timedelta(seconds=args.retry_base_seconds),
@@ -75,6 +83,7 @@ def policy_of(args: argparse.Namespace) -> DeliveryPolicy:
             max_age=timedelta(hours=1),
         ),
         lease=timedelta(seconds=args.lease_seconds),
+        delivery_window=CHAOS_WINDOW,
     )
 
 
