@@ -17,6 +17,7 @@ from digest_pipeline.runtime.overlap import overlapped_writes
 from digest_pipeline.runtime.pacing import Pacer, pacer_for
 from digest_pipeline.runtime.tuning import fewer_collections
 from digest_pipeline.runtime.waves import run_waves
+from digest_pipeline.services.deliver import Deliverer
 from digest_pipeline.services.executor import DeliveryExecutor, DueRun, Writes
 from digest_pipeline.services.wave import DeliveryReport
 
@@ -42,7 +43,7 @@ class ThreadedExecutor:
     def writes(self, limit: int, name: str) -> AbstractContextManager[Writes]:
         return overlapped_writes(limit, self.out_of_process, name)
 
-    def deliver(self, run: DueRun, done: DeliveryReport) -> DigestError | None:
+    def deliver(self, run: DueRun[Deliverer], done: DeliveryReport) -> DigestError | None:
         return run_waves(run, done, out_of_process=self.out_of_process)
 
     def pace(

@@ -313,7 +313,9 @@ class WaveRun:
             self.done.count([self.deliverer.give_back(self.queued.popleft(), why)])
 
 
-def run_waves(run: DueRun, done: DeliveryReport, *, out_of_process: bool) -> DigestError | None:
+def run_waves(
+    run: DueRun[Deliverer], done: DeliveryReport, *, out_of_process: bool
+) -> DigestError | None:
     """Runs `run` to its end, counting into `done`; returns why it stopped early, or None.
 
     `out_of_process`: the ledger works on a database server, so a call on another thread

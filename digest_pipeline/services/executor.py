@@ -9,7 +9,7 @@ same, only slower on a server.
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 from digest_pipeline.domain.errors import DigestError, SendingPaused
 from digest_pipeline.domain.failures import SendOutcome
@@ -27,10 +27,8 @@ from digest_pipeline.ports.ledger_roles import (
 from digest_pipeline.ports.outside import Clock, Mailer
 from digest_pipeline.services.wave import DeliveryReport
 
-if TYPE_CHECKING:
-    from digest_pipeline.services.deliver import Deliverer
-
 T = TypeVar("T")
+W = TypeVar("W")
 
 
 class Writes(Protocol):
@@ -92,10 +90,11 @@ class WorkerLedger(
 
 
 @dataclass(frozen=True)
-class DueRun:
+class DueRun(Generic[W]):
     """One `deliver_due` run as its executor takes it: the worker, what to claim, its bounds."""
 
-    deliverer: "Deliverer"
+    #: the worker (`services.deliver.Deliverer`; generic, so this module needs no import of it)
+    deliverer: W
     #: None: every open period
     period: Period | None
     #: items one claim takes
@@ -131,7 +130,7 @@ class DeliveryExecutor(Executor, Protocol):
     ) -> Pace | None:
         """The pace of a worker's sends through `mailer`; None for a ledger that keeps none."""
 
-    def deliver(self, run: DueRun, done: DeliveryReport) -> DigestError | None:
+    def deliver(self, run: DueRun[Any], done: DeliveryReport) -> DigestError | None:
         """Claims and delivers until nothing is due or the run is bounded; counts into `done`.
 
         Returns why the run stopped early (a refused period, the open breaker, a pause), None
