@@ -18,6 +18,8 @@ from cryptography.exceptions import UnsupportedAlgorithm
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ed25519, rsa
 
+from digest_pipeline.setting_values import read_small_file
+
 #: a 4096-bit RSA key in PEM is about 3.3 KiB; anything far larger is not a key
 MAX_KEY_BYTES = 64 * 1024
 #: RFC 8301 §3.2: signers must use RSA keys of at least 1024 bits
@@ -89,13 +91,7 @@ def read_dkim(env: Mapping[str, str], sender: str) -> DkimSettings | None:
 
 def _key(path: Path) -> tuple[bytes, bytes]:
     name = f"DIGEST_DKIM_KEY_FILE={str(path)!r}"
-    try:
-        with path.open("rb") as f:
-            pem = f.read(MAX_KEY_BYTES + 1)
-    except OSError as e:
-        raise ValueError(f"{name}: cannot be read ({e.strerror or type(e).__name__})") from e
-    if len(pem) > MAX_KEY_BYTES:
-        raise ValueError(f"{name}: larger than {MAX_KEY_BYTES // 1024} KiB, not a key")
+    pem = read_small_file(path, name, MAX_KEY_BYTES, "a key", error=ValueError)
     try:
         key = serialization.load_pem_private_key(pem, password=None)
     except (ValueError, TypeError, UnsupportedAlgorithm) as e:

@@ -5,6 +5,7 @@ value is refused the same way wherever it is read.
 """
 
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import TypeVar
 
 from sqlalchemy.engine import make_url
@@ -39,6 +40,23 @@ def read_value(
         return parse(raw)
     except ValueError as e:
         raise InvalidSetting(f"{name}={raw!r}: {e}" if shown else f"{name}: {e}") from e
+
+
+def read_small_file(
+    path: Path, name: str, limit: int, kind: str, *, error: type[Exception] = InvalidSetting
+) -> bytes:
+    """The bytes of a file a setting names, at most `limit` of them; else `error`, one line.
+
+    `name` is how the line names the setting, `kind` what the file should be (`a key`).
+    """
+    try:
+        with path.open("rb") as f:
+            data = f.read(limit + 1)
+    except OSError as e:
+        raise error(f"{name}: cannot be read ({e.strerror or type(e).__name__})") from e
+    if len(data) > limit:
+        raise error(f"{name}: larger than {limit // 1024} KiB, not {kind}")
+    return data
 
 
 def check_database_url(

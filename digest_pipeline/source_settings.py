@@ -16,7 +16,7 @@ from typing import Any
 import yaml
 
 from digest_pipeline.domain.errors import DigestError
-from digest_pipeline.setting_values import DATABASE_SCHEMES, check_database_url
+from digest_pipeline.setting_values import DATABASE_SCHEMES, check_database_url, read_small_file
 
 URL_VARIABLE, CONFIG_VARIABLE = "DIGEST_SOURCE_DATABASE_URL", "DIGEST_SOURCE_CONFIG"
 #: the ledger's drivers: the source is read through the same SQLAlchemy dialects
@@ -127,13 +127,7 @@ def _database_url(raw: str) -> str | None:
 
 
 def _load(path: Path, name: str) -> Any:
-    try:
-        with path.open("rb") as f:
-            data = f.read(MAX_CONFIG_BYTES + 1)
-    except OSError as e:
-        raise InvalidSource(f"{name}: cannot be read ({e.strerror or type(e).__name__})") from e
-    if len(data) > MAX_CONFIG_BYTES:
-        raise InvalidSource(f"{name}: larger than {MAX_CONFIG_BYTES // 1024} KiB, not a mapping")
+    data = read_small_file(path, name, MAX_CONFIG_BYTES, "a mapping", error=InvalidSource)
     try:
         return yaml.safe_load(data.decode("utf-8"))
     except UnicodeDecodeError as e:
