@@ -426,6 +426,22 @@ class Transition:
         """Until when a resend may rely on the provider's deduplication, if this move sets it."""
         return next((e.until for e in self.effects if isinstance(e, ResendUntil)), None)
 
+    def audit_entry(self) -> AuditEntry | None:
+        """The audit row this move writes (its note, the key and both states), if it has a note."""
+        if self.audit is None:
+            return None
+        a = self.audit
+        return AuditEntry(
+            self.at,
+            a.actor,
+            a.action,
+            self.key,
+            self.expected,
+            self.target,
+            a.reason,
+            self.key.period,
+        )
+
 
 @dataclass(frozen=True)
 class EnqueueReceipt:

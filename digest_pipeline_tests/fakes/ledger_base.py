@@ -114,19 +114,9 @@ class FakeLedgerBase:
                 created_at=t.at,
                 replayed_at=None,
             )
-        audit = None
-        if t.audit is not None:
-            audit = AuditEntry(
-                at=t.at,
-                actor=t.audit.actor,
-                action=t.audit.action,
-                key=t.key,
-                from_state=t.expected,
-                to_state=t.target,
-                reason=t.audit.reason,
-                period=t.key.period,
-                audit_id=self._audit_seq + 1,
-            )
+        audit = t.audit_entry()
+        if audit is not None:
+            audit = replace(audit, audit_id=self._audit_seq + 1)
 
         # Nothing below can raise: the "commit".
         self._items[t.key] = updated

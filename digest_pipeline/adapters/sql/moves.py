@@ -19,7 +19,6 @@ from digest_pipeline.domain.errors import DigestError, LostRace, UnknownWorkItem
 from digest_pipeline.domain.failures import SendOutcome
 from digest_pipeline.domain.model import (
     AttemptTicket,
-    AuditEntry,
     ClearDedupe,
     RefundBudget,
     Reopen,
@@ -221,22 +220,7 @@ class SqlMoves(SqlBase):
                 reopened,
                 unset=("replayed_at",),
             )
-        audits = [
-            audit_row(
-                AuditEntry(
-                    at=t.at,
-                    actor=t.audit.actor,
-                    action=t.audit.action,
-                    key=t.key,
-                    from_state=t.expected,
-                    to_state=t.target,
-                    reason=t.audit.reason,
-                    period=t.key.period,
-                )
-            )
-            for t in ts
-            if t.audit is not None
-        ]
+        audits = [audit_row(entry) for t in ts if (entry := t.audit_entry()) is not None]
         if audits:
             conn.execute(insert(audit_log), audits)
 
