@@ -20,8 +20,9 @@ import threading
 import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
+from digest_pipeline.adapters.forkable import recipe_of
 from digest_pipeline.domain.errors import (
     BreakerOpen,
     DeliveryHelperFailed,
@@ -53,24 +54,6 @@ PARKED_THREADS = frozenset({"termination-handler", "QueueFeederThread"})
 _FORK_LOCK = threading.Lock()
 #: this project's threads that work only inside `between_forks` (`allow_forks_beside`)
 _BETWEEN_FORKS: "weakref.WeakSet[threading.Thread]" = weakref.WeakSet()
-
-
-@runtime_checkable
-class Forkable(Protocol):
-    """A port a forked helper can make again in its own process: fresh connections, same target.
-
-    `recipe` returns a zero-argument call that makes it, or None when it cannot (a test's
-    object, a connection only this process can open). The object it makes must refuse to be a
-    different one: a helper that cannot see the run's ledger fails instead of working on
-    another database.
-    """
-
-    def recipe(self) -> Callable[[], Any] | None: ...
-
-
-def recipe_of(port: object) -> Callable[[], Any] | None:
-    """The port's recipe, or None for one that has none (`Forkable`)."""
-    return port.recipe() if isinstance(port, Forkable) else None
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from digest_pipeline.adapters.clock import SystemClock
+from digest_pipeline.adapters.forkable import recipe_of
 from digest_pipeline.adapters.mail.http import HttpProviderMailer
 from digest_pipeline.adapters.mail.mime import to_bytes
 from digest_pipeline.adapters.mail.outbox import OutboxMailer
@@ -33,7 +34,6 @@ from digest_pipeline.runtime.helpers import (
     allow_forks_beside,
     between_forks,
     deliver_in_processes,
-    recipe_of,
     running_threads,
     shares,
 )

@@ -33,6 +33,7 @@ from urllib.parse import quote
 import jinja2
 import markupsafe
 
+from digest_pipeline.adapters.forkable import recipe_of
 from digest_pipeline.adapters.mail.headers import digest_headers, sender_domain
 from digest_pipeline.adapters.mail.headers import message_id_key as message_id_key
 from digest_pipeline.adapters.mail.mime import PLAIN_ADDRESS, check_headers, to_bytes
@@ -353,9 +354,7 @@ class Jinja2Composer(Composer):
         return _PickBlocks(markupsafe.Markup("".join(html)), "".join(text))
 
     def recipe(self) -> Callable[[], Composer] | None:
-        # only a clock that can be made again in a helper (`runtime.helpers.Forkable`) can be
-        remake = getattr(self._clock, "recipe", None)
-        clock = remake() if remake is not None else None
+        clock = recipe_of(self._clock)
         if clock is None:
             return None
         return partial(
