@@ -12,22 +12,21 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
+from digest_pipeline.services.executor import WritesInTurn
+
 T = TypeVar("T")
 
 
 class Writes:
-    """Runs writes at most `limit` at a time; each one's `then` gets its answer, in order."""
+    """Runs writes on `pool`, at most `limit` at a time; each one's `then` gets its answer, in order."""
 
-    def __init__(self, pool: ThreadPoolExecutor | None, limit: int) -> None:
+    def __init__(self, pool: ThreadPoolExecutor, limit: int) -> None:
         self._pool = pool
         self._limit = limit
         self._pending: deque[tuple[Future[Any], Callable[[Any], None]]] = deque()
 
     def submit(self, then: Callable[[T], None], write: Callable[..., T], *args: Any) -> None:
         """Starts `write(*args)`; first takes the oldest answer if `limit` are in flight."""
-        if self._pool is None:
-            then(write(*args))
-            return
         if len(self._pending) == self._limit:
             self._take_oldest()
         self._pending.append((self._pool.submit(write, *args), then))
@@ -43,7 +42,7 @@ class Writes:
 
 
 @contextmanager
-def overlapped_writes(limit: int, overlap: bool, name: str) -> Iterator[Writes]:
+def overlapped_writes(limit: int, overlap: bool, name: str) -> Iterator[Writes | WritesInTurn]:
     """Writes for the block: in flight on `limit` threads when `overlap`, else one by one.
 
     Every answer is taken by the block's end. A block that raises (a write's error, raised by
@@ -53,7 +52,7 @@ def overlapped_writes(limit: int, overlap: bool, name: str) -> Iterator[Writes]:
     if limit < 1:
         raise ValueError("limit must be at least 1")
     if not overlap:
-        yield Writes(None, limit)
+        yield WritesInTurn()
         return
     with ThreadPoolExecutor(limit, name) as pool:
         writes = Writes(pool, limit)

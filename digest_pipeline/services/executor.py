@@ -51,7 +51,7 @@ class Executor(Protocol):
         """Writes for the block, at most `limit` in flight; every answer is in by its end."""
 
 
-class _WritesInTurn:
+class WritesInTurn:
     """Each write done and answered on the caller's thread before `submit` returns."""
 
     def submit(self, then: Callable[[T], None], write: Callable[..., T], *args: Any) -> None:
@@ -69,7 +69,7 @@ class _InTurn:
     def writes(self, limit: int, name: str) -> Iterator[Writes]:
         if limit < 1:
             raise ValueError("limit must be at least 1")
-        yield _WritesInTurn()
+        yield WritesInTurn()
 
 
 #: every write in turn on the caller's thread, the process left as it is
