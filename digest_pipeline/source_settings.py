@@ -16,11 +16,9 @@ from typing import Any
 import yaml
 
 from digest_pipeline.domain.errors import DigestError
-from digest_pipeline.setting_values import DATABASE_SCHEMES, check_database_url, read_small_file
+from digest_pipeline.setting_values import check_database_url, read_small_file
 
 URL_VARIABLE, CONFIG_VARIABLE = "DIGEST_SOURCE_DATABASE_URL", "DIGEST_SOURCE_CONFIG"
-#: the ledger's drivers: the source is read through the same SQLAlchemy dialects
-SCHEMES = DATABASE_SCHEMES
 #: a mapping file is a few hundred bytes; anything far larger is not one
 MAX_CONFIG_BYTES = 256 * 1024
 #: each record kind's fields, in the order of its domain dataclass (domain/model.py `Customer`,

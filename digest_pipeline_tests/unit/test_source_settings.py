@@ -27,7 +27,6 @@ from digest_pipeline.adapters.sql.source_types import (
 from digest_pipeline.settings import DATABASE_SCHEMES, load_settings
 from digest_pipeline.source_settings import (
     FIELDS,
-    SCHEMES,
     EntitySource,
     InvalidSource,
     SourceSettings,
@@ -53,8 +52,11 @@ def test_unset_is_the_demo_tables_in_the_ledgers_database():
     ]
 
 
-def test_the_source_accepts_the_ledgers_database_schemes():
-    assert SCHEMES == DATABASE_SCHEMES
+@pytest.mark.parametrize("scheme", DATABASE_SCHEMES)
+def test_the_source_accepts_the_ledgers_database_schemes(tmp_path, scheme):
+    url = f"{scheme}:///{tmp_path / 'shop.db'}" if "sqlite" in scheme else f"{scheme}://u@h/shop"
+
+    assert read_source({"DIGEST_SOURCE_DATABASE_URL": url}, tmp_path).database_url == url
 
 
 def test_a_table_maps_the_listed_fields_and_reads_the_rest_by_their_own_names(tmp_path):
