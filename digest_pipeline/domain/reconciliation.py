@@ -16,7 +16,6 @@ from digest_pipeline.domain.mailer_identity import foreign_mailers
 from digest_pipeline.domain.model import (
     Attempt,
     AuditNote,
-    Claim,
     ClearDedupe,
     LookupResult,
     LookupStatus,
@@ -28,7 +27,7 @@ from digest_pipeline.domain.model import (
 from digest_pipeline.domain.policy import DeliveryPolicy
 from digest_pipeline.domain.retry import DeadLetterReason
 from digest_pipeline.domain.states import DeliveryState
-from digest_pipeline.domain.transitions import move, resend_through_other_mailer, unknown_expired
+from digest_pipeline.domain.transitions import unknown_expired
 
 
 class Evidence(StrEnum):
@@ -67,34 +66,6 @@ def never_accepted(history: Sequence[Attempt]) -> bool:
     attempt came back with a transient failure. Nothing left, so it is due again.
     """
     return bool(history) and all(a.outcome in NOT_ACCEPTED for a in history)
-
-
-def already_confirmed(
-    claim: Claim, history: Sequence[Attempt], now: datetime, actor: str
-) -> Transition | None:
-    """Ledger first: a retry whose earlier attempt was confirmed late is recorded, not resent."""
-    if (attempt := confirmed(history)) is None:
-        return None
-    return move(
-        claim,
-        DeliveryState.SENT,
-        now,
-        provider_message_id=attempt.provider_message_id,
-        **_reconciled(Evidence.LEDGER_ATTEMPT, actor),
-    )
-
-
-def instead_of_resending(
-    claim: Claim, history: Sequence[Attempt], mailer: str, now: datetime, actor: str
-) -> Transition | None:
-    """What a claim with earlier attempts records instead of a send, or None when it may be sent.
-
-    An earlier attempt confirmed late is recorded as `sent` (`already_confirmed`); a resend only
-    another mailer's deduplication makes safe goes back to `unknown` (`resend_through_other_mailer`).
-    """
-    return already_confirmed(claim, history, now, actor) or resend_through_other_mailer(
-        claim, history, mailer, now
-    )
 
 
 def settle_unknown(
@@ -158,7 +129,7 @@ def settle_unknown(
         target,
         now,
         provider_message_id=pid,
-        **_reconciled(evidence, actor),
+        **reconciled(evidence, actor),
         **fields,
     )
     return transition, evidence
@@ -181,11 +152,11 @@ def delivered_per_provider(
         DeliveryState.SENT,
         now,
         provider_message_id=provider_message_id,
-        **_reconciled(Evidence.PROVIDER_EVENT, actor),
+        **reconciled(Evidence.PROVIDER_EVENT, actor),
     )
 
 
-def _reconciled(evidence: "Evidence", actor: str) -> dict[str, Any]:
+def reconciled(evidence: "Evidence", actor: str) -> dict[str, Any]:
     """The detail and audit note of a move made on evidence (reconciliation's, or a retry's)."""
     return {
         "detail": f"reconciled:{evidence.value}",

@@ -1,41 +1,25 @@
-"""The delivery decisions as pure functions: from an item, its evidence, the policy and `now`.
+"""The work item's moves as pure functions: from an item, its evidence, the policy and `now`.
 
-Whether a claimed digest may still be sent, what an attempt's outcome moves it to, when an
-`unknown` item's retention has run out and why the sweeper should run for an item are each
-decided here once, with no I/O and no clock: the deliverer, reconciliation and the sensor call
-these and record or act on what they return. What evidence settles an `unknown` item is
-`domain.reconciliation`'s decision, made with the moves defined here.
+How a move is applied to an item, when an item is due or may be claimed, when an `unknown`
+item's retention has run out and why the sweeper should run for it are each decided here once,
+with no I/O and no clock. What one claim's delivery records is `domain.delivery`'s decision and
+what evidence settles an `unknown` item `domain.reconciliation`'s, both made with `move`.
 """
 
-from collections.abc import Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
 from digest_pipeline.domain.errors import LostRace, ResolveRefused
-from digest_pipeline.domain.failures import FailureClass, SendOutcome
-from digest_pipeline.domain.mailer_identity import foreign_mailers
+from digest_pipeline.domain.failures import FailureClass
 from digest_pipeline.domain.model import (
-    Attempt,
     AuditNote,
     Claim,
     ClearDedupe,
-    Effect,
     RefundBudget,
     Reopen,
     Transition,
     WorkItem,
-    WriteDeadLetter,
-)
-from digest_pipeline.domain.policy import DeliveryPolicy
-from digest_pipeline.domain.retry import (
-    DeadLetter,
-    DeadLetterReason,
-    Fail,
-    RandomSource,
-    Reconcile,
-    RetryAt,
-    decide,
 )
 from digest_pipeline.domain.states import CLAIMABLE, DeliveryState, check_transition
 
@@ -43,59 +27,6 @@ from digest_pipeline.domain.states import CLAIMABLE, DeliveryState, check_transi
 def move(claim: Claim, target: DeliveryState, now: datetime, **fields: Any) -> Transition:
     """A guarded move of a claimed item: applied only while it is still claimed with its token."""
     return Transition(claim.key, DeliveryState.CLAIMED, claim.token, target, now, **fields)
-
-
-def before_send(
-    claim: Claim, closes_at: datetime | None, now: datetime, policy: DeliveryPolicy
-) -> Transition | None:
-    """The move that must replace a send of `claim` now, or None when it may be sent.
-
-    `closes_at` is the delivery window's close (None for a replay, which has none).
-    """
-    item = claim.item
-    closed = closes_at is not None and now >= closes_at
-    if item.dedupe_until is not None and (closed or now + policy.lease >= item.dedupe_until):
-        # A resend that only the provider's deduplication made safe, and that guarantee (or the
-        # delivery window) has run out: back to `unknown`, never a blind send.
-        return move(claim, DeliveryState.UNKNOWN, now, detail="dedupe_window_passed")
-    if closed:
-        reason = DeadLetterReason.WINDOW_CLOSED.value
-        return move(
-            claim,
-            DeliveryState.DEAD_LETTERED,
-            now,
-            detail=reason,
-            effects=(WriteDeadLetter(reason),),
-        )
-    return None
-
-
-#: `last_detail` of a claim given back because its lease ran out before its attempt started
-LEASE_EXPIRED_BEFORE_ATTEMPT = "lease_expired_before_attempt"
-
-
-def release(claim: Claim, now: datetime, why: str) -> Transition:
-    """A claim that was never attempted goes back to the queue, due now."""
-    return move(claim, DeliveryState.RETRY_SCHEDULED, now, next_attempt_at=now, detail=why)
-
-
-def requeue_unstarted(
-    claim: Claim, current: WorkItem | None, history: Sequence[Attempt], now: datetime
-) -> Transition | None:
-    """The release of a claim whose attempt could not start, or None when it must stay put.
-
-    Only while the item is still this claim and no attempt under its token is open: an open
-    attempt means a send may be in flight, and such an item is never requeued.
-    """
-    in_flight = any(a.token == claim.token and a.finished_at is None for a in history)
-    if (
-        current is None
-        or current.state is not DeliveryState.CLAIMED
-        or current.lease_token != claim.token
-        or in_flight
-    ):
-        return None
-    return release(claim, now, LEASE_EXPIRED_BEFORE_ATTEMPT)
 
 
 def replayed(item: WorkItem, now: datetime, audit: AuditNote) -> Transition:
@@ -137,82 +68,6 @@ def resolved(item: WorkItem, sent: bool, now: datetime, audit: AuditNote) -> Tra
         effects=() if sent else (ClearDedupe(),),
         audit=audit,
     )
-
-
-#: `last_detail` of a resend claimed by a mailer other than the one whose deduplication it needs
-NEEDS_MAILER = "needs_mailer"
-
-
-def resend_through_other_mailer(
-    claim: Claim, history: Sequence[Attempt], mailer: str, now: datetime
-) -> Transition | None:
-    """A resend only the first mailer's deduplication makes safe, claimed under another: `unknown`.
-
-    Another mailer would deliver a second copy, so the item goes back to `unknown` (not sent,
-    not retried) until the mailer that made its uncertain attempt reconciles it, or an operator
-    resolves it.
-    """
-    if claim.item.dedupe_until is None or not (needed := foreign_mailers(history, mailer)):
-        return None
-    return move(claim, DeliveryState.UNKNOWN, now, detail=f"{NEEDS_MAILER}:{needed[0]}")
-
-
-def after_attempt(
-    claim: Claim,
-    outcome: SendOutcome,
-    *,
-    started_at: datetime,
-    closes_at: datetime | None,
-    now: datetime,
-    policy: DeliveryPolicy,
-    rand: RandomSource,
-) -> Transition:
-    """What the outcome of the attempt started at `started_at` moves the claimed item to."""
-    fc = outcome.failure_class
-    if fc is None:
-        return move(claim, DeliveryState.SENT, now, provider_message_id=outcome.provider_message_id)
-    throttled = fc is FailureClass.THROTTLED
-    item = claim.item
-    decision = decide(
-        fc,
-        # the start of this attempt took one unit; a throttle gives it back
-        budget_used=item.budget_used + (0 if throttled else 1),
-        window_started_at=item.window_started_at or started_at,
-        now=now,
-        policy=policy.retry,
-        rand=rand,
-        retry_after=outcome.retry_after,
-        delivery_closes_at=closes_at,
-    )
-    refund: tuple[Effect, ...] = (RefundBudget(),) if throttled else ()
-    failure: dict[str, Any] = {"failure_class": fc, "detail": outcome.detail}
-    match decision:
-        case RetryAt(at):
-            return move(
-                claim,
-                DeliveryState.RETRY_SCHEDULED,
-                now,
-                next_attempt_at=at,
-                effects=refund,
-                **failure,
-            )
-        case DeadLetter(reason) | Fail(reason) if item.dedupe_until is not None:
-            # This was a resend of an attempt whose outcome is unknown: the first may have been
-            # delivered, so the item is not "failed"; a replay must reconcile it first.
-            failure["detail"] = f"{reason.value}:{outcome.detail}"
-            unresolved = WriteDeadLetter(DeadLetterReason.UNKNOWN_UNRESOLVED.value)
-            return move(
-                claim, DeliveryState.DEAD_LETTERED, now, effects=(*refund, unresolved), **failure
-            )
-        case DeadLetter(reason) | Fail(reason):
-            target = (
-                DeliveryState.FAILED if isinstance(decision, Fail) else DeliveryState.DEAD_LETTERED
-            )
-            effects = (*refund, WriteDeadLetter(reason.value))
-            return move(claim, target, now, effects=effects, **failure)
-        case Reconcile():
-            return move(claim, DeliveryState.UNKNOWN, now, effects=refund, **failure)
-    raise AssertionError(f"unhandled decision {decision!r}")
 
 
 def unknown_expired(item: WorkItem, now: datetime, retention: timedelta) -> bool:

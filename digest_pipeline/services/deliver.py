@@ -18,8 +18,19 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from digest_pipeline.domain.bounces import hard_bounce
 from digest_pipeline.domain.breaker import as_retryable
+from digest_pipeline.domain.delivery import (
+    GiveBack,
+    Instead,
+    Outcome,
+    PeriodFacts,
+    Send,
+    after_send,
+    before_attempt,
+    before_send,
+    release,
+    requeue_unstarted,
+)
 from digest_pipeline.domain.errors import (
     DigestError,
     LostRace,
@@ -37,20 +48,13 @@ from digest_pipeline.domain.model import (
 )
 from digest_pipeline.domain.periods import Period
 from digest_pipeline.domain.policy import DeliveryPolicy
-from digest_pipeline.domain.reconciliation import instead_of_resending
 from digest_pipeline.domain.retry import (
     RandomSource,
 )
 from digest_pipeline.domain.states import DeliveryState, Settled
-from digest_pipeline.domain.transitions import (
-    after_attempt,
-    before_send,
-    release,
-    requeue_unstarted,
-)
 from digest_pipeline.ports.outside import Clock, Composer, Mailer
 from digest_pipeline.services import late
-from digest_pipeline.services.evidence import RECONCILE_ACTOR
+from digest_pipeline.services.evidence import RECONCILE_ACTOR as ACTOR
 from digest_pipeline.services.executor import DeliveryExecutor, DueRun, Pace, WorkerLedger
 from digest_pipeline.services.logs import log_event
 from digest_pipeline.services.snapshot_gate import snapshot_refusal
@@ -79,12 +83,8 @@ class Deliverer:
     owner: str
     #: how the waves run: threads, overlap and process tuning (`digest_pipeline.runtime`)
     executor: DeliveryExecutor
-    #: each period's window close (late grants included), read once per worker
-    _closes: dict[Period, datetime] = field(default_factory=dict, compare=False, repr=False)
-    #: each period's snapshot verdict (None: unchanged) and when it was read
-    _snapshots: dict[Period, tuple[datetime, str | None]] = field(
-        default_factory=dict, compare=False, repr=False
-    )
+    #: each period's window close and snapshot verdict, read at most once a lease
+    _facts: dict[Period, PeriodFacts] = field(default_factory=dict, compare=False, repr=False)
     #: the install's pace and pause, shared through the ledger (None: a ledger that keeps none)
     pacer: Pace | None = field(init=False, compare=False, repr=False)
 
@@ -96,32 +96,26 @@ class Deliverer:
         """The stop of a run that a pause longer than a send may wait for holds, or None."""
         return None if self.pacer is None else self.pacer.stop()
 
-    def closes_at(self, period: Period) -> datetime:
-        """The period's delivery window close, an operator's late grant included."""
-        if period not in self._closes:
-            self._closes[period] = late.closes_at(self.ledger, self.policy, period)
-        return self._closes[period]
+    def facts(self, period: Period, now: datetime) -> PeriodFacts:
+        """The period's window close (late grant included) and snapshot verdict.
 
-    def snapshot_refusal(self, period: Period) -> str | None:
-        """The refusal line of a period whose frozen snapshot changed, or None while it holds.
-
-        The ledger's check fingerprints the whole snapshot (on PostgreSQL, after a ledger's
-        first, it counts the rows' writer instead: `invariants.Seal`), so a worker asks at most
-        once a lease per period (a Dagster step, a sweep: once; a long-lived worker: every
-        lease). A claim outlives neither, so every claim this worker sends was checked within a
-        lease.
+        The ledger's snapshot check fingerprints the whole snapshot (on PostgreSQL, after a
+        ledger's first, it counts the rows' writer instead: `invariants.Seal`), so a worker
+        reads the facts at most once a lease per period (a Dagster step, a sweep: once; a
+        long-lived worker: every lease). A claim outlives neither, so every claim this worker
+        sends was checked within a lease.
         """
-        now = self.clock.now()
-        cached = self._snapshots.get(period)
-        if cached is not None and cached[0] <= now < cached[0] + self.policy.lease:
-            return cached[1]
-        why = snapshot_refusal(self.ledger, period, now)
-        self._snapshots[period] = (now, why)
-        return why
+        cached = self._facts.get(period)
+        if cached is not None and cached.current(now, self.policy.lease):
+            return cached
+        closes_at = late.closes_at(self.ledger, self.policy, period)
+        facts = PeriodFacts(now, closes_at, snapshot_refusal(self.ledger, period, now))
+        self._facts[period] = facts
+        return facts
 
     def require_snapshot(self, period: Period) -> None:
-        """Raises SnapshotTampered for a period whose snapshot changed (cached, see above)."""
-        if (why := self.snapshot_refusal(period)) is not None:
+        """Raises SnapshotTampered for a period whose snapshot changed (read once a lease)."""
+        if (why := self.facts(period, self.clock.now()).refusal) is not None:
             raise SnapshotTampered(why, str(period))
 
     def deliver_one(self, claim: Claim) -> Settled:
@@ -164,21 +158,20 @@ class Deliverer:
         claim); otherwise they are read here.
         """
         wave = Wave(list(claims), {})
-        # Fencing: a claim is checked against its period's snapshot before its attempt starts,
-        # whoever claimed it and however long ago; a refused one goes back without an attempt.
-        for period in {c.item.period for c in claims}:
-            if (why := self.snapshot_refusal(period)) is not None:
-                wave.refused[period] = why
         to_start: list[tuple[int, Claim, datetime | None]] = []
         for i, claim in enumerate(claims):
-            if claim.item.period in wave.refused:
-                wave.settled[i] = self.give_back(claim, "snapshot_tampered")
-                continue
-            settled = self._settle_without_sending(claim, now)
-            if isinstance(settled, str):
-                wave.settled[i] = settled
-            else:
-                to_start.append((i, claim, settled))
+            facts = self.facts(claim.item.period, now)
+            history = self.ledger.attempts(claim.key) if claim.item.attempts else ()
+            identity = self.mailer.identity
+            match before_attempt(claim, facts, history, identity, now, self.policy, ACTOR):
+                case Send(closes_at):
+                    to_start.append((i, claim, closes_at))
+                case Instead(transition):
+                    wave.settled[i] = self._record(claim, transition)
+                case GiveBack(why):
+                    if facts.refusal is not None:
+                        wave.refused[claim.item.period] = facts.refusal
+                    wave.settled[i] = self.give_back(claim, why)
         if to_start and content is None:
             content = self.content([c for _, c, _ in to_start])
         for i, claim, closes_at in to_start:
@@ -221,22 +214,23 @@ class Deliverer:
         dispatches them itself, after this returns. Every attempt is recorded as started
         before its send; a recorded wave's states are then on its `settled`.
         """
-        results = [
-            (s.ticket, o, self._next(s.claim, o, s.ticket.started_at, s.closes_at))
+        steps = [
+            (s.ticket, self._after(s, o))
             for w in record
             for (_, s), o in zip(w.started, w.outcomes, strict=True)
         ]
+        results = [(closed, after.outcome, after.transition) for closed, after in steps]
         pending = [p for w in start for p in w.pending]
         if not results and not pending:
             return
         errors, tickets = self.ledger.record_and_start(
             results, [c for _, c, _, _ in pending], now, mailer=self.mailer.identity
         )
-        done = iter(zip(results, errors, strict=True))
+        done = iter(zip(steps, errors, strict=True))
         for w in record:
             for i, s in w.started:
-                (closed, outcome, transition), error = next(done)
-                w.settled[i] = self._logged(s.claim, closed, outcome, transition, error)
+                (closed, after), error = next(done)
+                w.settled[i] = self._logged(s.claim, after.transition, error, closed, after)
         issued = iter(zip(pending, tickets, strict=True))
         for w in start:
             for _ in range(len(w.pending)):
@@ -261,20 +255,6 @@ class Deliverer:
                 else:
                     w.sends.append(pool.submit(self._transmit, message))
             w.unsent = []
-
-    def _settle_without_sending(self, claim: Claim, now: datetime) -> Settled | datetime | None:
-        """The recorded state of a claim that must not be sent, or else its window's close.
-
-        A replay has no delivery window: None.
-        """
-        item = claim.item
-        closes_at = None if item.replayed_at is not None else self.closes_at(item.period)
-        instead = before_send(claim, closes_at, now, self.policy)
-        if instead is None and item.attempts:
-            history = self.ledger.attempts(claim.key)
-            identity = self.mailer.identity
-            instead = instead_of_resending(claim, history, identity, now, RECONCILE_ACTOR)
-        return closes_at if instead is None else self._record(claim, instead)
 
     def _release(self, claim: Claim, lost: DigestError) -> Settled:
         """A claim whose lease ran out before its attempt started goes back to the queue.
@@ -340,18 +320,12 @@ class Deliverer:
             log_event("mailer_raised", logging.ERROR, key=message.key, error=type(e).__name__)
             return SendOutcome.failed(FailureClass.UNKNOWN, f"mailer_raised:{type(e).__name__}")
 
-    def _next(
-        self,
-        claim: Claim,
-        outcome: SendOutcome,
-        started_at: datetime,
-        closes_at: datetime | None,
-    ) -> Transition:
-        return after_attempt(
-            claim,
+    def _after(self, started: Started, outcome: SendOutcome) -> Outcome:
+        return after_send(
+            started.claim,
             outcome,
-            started_at=started_at,
-            closes_at=closes_at,
+            started_at=started.ticket.started_at,
+            closes_at=started.closes_at,
             now=self.clock.now(),
             policy=self.policy,
             rand=self.rand,
@@ -362,33 +336,30 @@ class Deliverer:
         try:
             self.ledger.apply(transition)
         except LostRace as e:
-            return self._logged(claim, None, None, transition, e)
-        return self._logged(claim, None, None, transition, None)
+            return self._logged(claim, transition, e)
+        return self._logged(claim, transition, None)
 
     def _logged(
         self,
         claim: Claim,
-        ticket: AttemptTicket | None,
-        outcome: SendOutcome | None,
         transition: Transition,
         error: DigestError | None,
+        ticket: AttemptTicket | None = None,
+        after: Outcome | None = None,
     ) -> Settled:
         if error is not None:
             if not isinstance(error, LostRace):
                 raise error
             log_event("lost_race", logging.WARNING, key=claim.key, step="record", why=error)
             return LOST_RACE
-        if outcome is not None and (
-            bounce := hard_bounce(claim.key.customer_id, outcome, transition.at)
-        ):
+        if after is not None and after.suppression is not None:
             # next week's snapshot leaves the customer out, and their other weeks' items whose
             # attempt has not started end `suppressed` with it
-            self.ledger.suppress(bounce)
+            self.ledger.suppress(after.suppression)
         # A plain `sent` is the common case: per item only at DEBUG, so a week of 100,000
         # sends does not become 100,000 rows in Dagster's event log; everything else is INFO.
-        routine = transition.target is DeliveryState.SENT and (
-            outcome is None or not outcome.duplicate
-        )
+        routine = after.routine if after is not None else transition.target is DeliveryState.SENT
+        outcome = after.outcome if after is not None else None
         log_event(
             "attempt_recorded",
             logging.DEBUG if routine else logging.INFO,

@@ -152,7 +152,7 @@ def run_pass(
     for period in ledger.open_periods() if periods is None else periods:
         why = late.refusal(ledger, policy, period, clock.now())
         if why is None:
-            why = deliverer.snapshot_refusal(period)
+            why = deliverer.facts(period, clock.now()).refusal
         if why is None:
             report.periods.append(period)
         else:

@@ -3,7 +3,7 @@
 Design §4's invariant 5 is an asset check, but an asset check runs only when the whole graph does;
 the sweep, the sensor's delivery-and-cleanup runs, the simulator and any worker ask the ledger's
 own `snapshot_unchanged` check here first. It fingerprints the whole snapshot, a cost that grows
-with the period, so delivery workers cache the answer (`Deliverer.snapshot_refusal`);
+with the period, so delivery workers cache the answer (`Deliverer.facts`);
 on PostgreSQL a ledger that fingerprinted a period once confirms it by counting its rows' writer
 (`adapters/sql/invariants.Seal`).
 """

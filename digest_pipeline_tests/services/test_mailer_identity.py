@@ -10,6 +10,7 @@ from datetime import timedelta
 
 import pytest
 
+from digest_pipeline.domain.delivery import NEEDS_MAILER
 from digest_pipeline.domain.errors import PossibleDuplicateRefused
 from digest_pipeline.domain.mailer_identity import (
     UNRECORDED,
@@ -20,7 +21,6 @@ from digest_pipeline.domain.mailer_identity import (
 from digest_pipeline.domain.model import Attempt, Transition
 from digest_pipeline.domain.policy import DeliveryPolicy
 from digest_pipeline.domain.states import DeliveryState
-from digest_pipeline.domain.transitions import NEEDS_MAILER
 from digest_pipeline.ports import Ledger
 from digest_pipeline.services.reconcile import reconcile_period
 from digest_pipeline.services.replay import ReplayPlan, replay_keys

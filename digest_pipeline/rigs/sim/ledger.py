@@ -13,6 +13,7 @@ from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Sequence
 from datetime import datetime, timedelta
 
+from digest_pipeline.domain.delivery import LEASE_EXPIRED_BEFORE_ATTEMPT
 from digest_pipeline.domain.errors import DigestError, LostRace
 from digest_pipeline.domain.failures import FailureClass, SendOutcome
 from digest_pipeline.domain.feedback import FeedbackCounts, Suppression
@@ -36,7 +37,6 @@ from digest_pipeline.domain.model import (
 )
 from digest_pipeline.domain.periods import OperationKey, Period
 from digest_pipeline.domain.states import DeliveryState
-from digest_pipeline.domain.transitions import LEASE_EXPIRED_BEFORE_ATTEMPT
 from digest_pipeline.ports import Ledger, SecretFingerprints
 from digest_pipeline.rigs.sim.faults import SimulatedCrash
 
