@@ -63,8 +63,8 @@ def measure_job(raw: Mapping[str, Any]) -> dict[str, Any]:
     import dagster as dg
 
     from benchmarks import bench_defs
+    from digest_pipeline.component.resources import DeliveryResource
     from digest_pipeline.definitions import defs
-    from digest_pipeline.defs.resources import DeliveryResource
 
     spec = JobSpec(**raw)
     multiprocess = spec.executor == "multiprocess"

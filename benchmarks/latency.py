@@ -19,7 +19,7 @@ from digest_pipeline.adapters.clock import SystemClock
 from digest_pipeline.adapters.sql.customer_source import SqlCustomerSource
 from digest_pipeline.adapters.sql.engine import create_ledger_engine
 from digest_pipeline.adapters.sql.ledger import SqlLedger
-from digest_pipeline.defs.resources import DeliveryResource
+from digest_pipeline.component.resources import DeliveryResource
 from digest_pipeline.domain.periods import Period
 from digest_pipeline.runtime.executor import executor_for
 from digest_pipeline.services.content import generate_content

@@ -26,7 +26,7 @@ from digest_pipeline.adapters.clock import SystemClock
 from digest_pipeline.adapters.sql.customer_source import SqlCustomerSource
 from digest_pipeline.adapters.sql.engine import create_ledger_engine
 from digest_pipeline.adapters.sql.ledger import SqlLedger
-from digest_pipeline.defs.resources import DeliveryResource
+from digest_pipeline.component.resources import DeliveryResource
 from digest_pipeline.services.cleanup import clean_period
 from digest_pipeline.services.content import generate_content
 from digest_pipeline.services.deliver import deliver_due

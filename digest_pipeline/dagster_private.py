@@ -5,6 +5,9 @@ pins what each is used for, so an upgrade that moves or changes one fails there,
 instead of in a run.
 """
 
+from dagster._core.definitions.unresolved_asset_job_definition import (
+    UnresolvedAssetJobDefinition,
+)
 from dagster._core.events import DagsterEventType
 from dagster._core.execution.api import execute_run
 from dagster._core.execution.context.system import PlanOrchestrationContext
@@ -40,6 +43,7 @@ __all__ = [
     "PlanOrchestrationContext",
     "RemoteJobOrigin",
     "RemoteRepositoryOrigin",
+    "UnresolvedAssetJobDefinition",
     "WorkspaceFileTarget",
     "execute_run",
     "start_termination_thread",

@@ -19,9 +19,15 @@ from digest_pipeline.dkim_settings import DkimSettings, read_dkim, sender_addres
 from digest_pipeline.domain.breaker import DEFAULT_THRESHOLD
 from digest_pipeline.domain.compliance import message_id_domain, postal_address, url_template
 from digest_pipeline.domain.durability import ALLOW_VARIABLE
-from digest_pipeline.domain.errors import InvalidPolicy
+from digest_pipeline.domain.errors import InvalidInstanceName, InvalidPolicy
 from digest_pipeline.domain.model import CleanupMode
-from digest_pipeline.domain.periods import FIRST_PERIOD, Period
+from digest_pipeline.domain.periods import (
+    DEFAULT_INSTANCE,
+    FIRST_PERIOD,
+    INSTANCE_RULE,
+    Period,
+    validate_instance_name,
+)
 from digest_pipeline.domain.policy import MAX_SEND_RATE, MIN_SEND_RATE, DeliveryPolicy
 from digest_pipeline.domain.retry import RetryPolicy
 from digest_pipeline.domain.unsubscribe import DEMO_UNSUBSCRIBE_SECRET
@@ -167,6 +173,8 @@ class Settings:
     message_id_domain: str | None = None
     #: `DIGEST_FIRST_WEEK`: the weekly partitions' first week; None: the ledger's (defs/partitions.py)
     first_week: Period | None = None
+    #: `DIGEST_INSTANCE`: the digest instance whose ledger this is, the first part of its keys
+    instance: str = DEFAULT_INSTANCE
 
     def webhook_keys(self) -> dict[str, tuple[bytes, ...]]:
         """Each configured provider's signing keys (two during a rotation)."""
@@ -267,6 +275,14 @@ def _database_url(env: Mapping[str, str], default: str) -> str:
     """`DIGEST_DATABASE_URL`: a supported scheme and, for SQLite, a file (never in memory)."""
     raw = env.get("DIGEST_DATABASE_URL", "").strip()
     return check_database_url(raw, "DIGEST_DATABASE_URL", "digest.db") if raw else default
+
+
+def _instance(raw: str) -> str:
+    """`DIGEST_INSTANCE`: a digest instance's name (`domain.periods.validate_instance_name`)."""
+    try:
+        return validate_instance_name(raw)
+    except InvalidInstanceName:
+        raise ValueError(f"must be {INSTANCE_RULE}") from None
 
 
 def _flag(raw: str) -> bool:
@@ -423,6 +439,7 @@ def load_settings(env: Mapping[str, str], root: Path) -> Settings:
         # only a throwaway ledger may say so: it lets a crash send digests twice (design §8)
         allow_nondurable_ledger=read_value(env, ALLOW_VARIABLE, False, _flag),
         first_week=load_first_week(env),
+        instance=read_value(env, "DIGEST_INSTANCE", DEFAULT_INSTANCE, _instance),
     )
 
 

@@ -5,6 +5,7 @@ configuration into adapters and a delivery worker here, and nowhere else.
 """
 
 import random
+from datetime import datetime
 
 from sqlalchemy import Engine
 
@@ -14,8 +15,10 @@ from digest_pipeline.adapters.mail.render import Jinja2Composer
 from digest_pipeline.adapters.mail.smtp import SmtpMailer
 from digest_pipeline.adapters.sql.customer_source import SqlCustomerSource
 from digest_pipeline.adapters.sql.engine import create_ledger_engine, migrate
+from digest_pipeline.adapters.sql.identity import claim_instance
 from digest_pipeline.adapters.sql.ledger import SqlLedger
 from digest_pipeline.adapters.sql.source_mapping import open_mapped_source
+from digest_pipeline.domain.periods import DEFAULT_INSTANCE
 from digest_pipeline.domain.policy import DeliveryPolicy
 from digest_pipeline.domain.retry import RandomSource
 from digest_pipeline.ports import Clock, Composer, CustomerSource, Ledger, Mailer
@@ -68,9 +71,18 @@ def migrated_engine(url: str, *, pool_size: int = 10) -> Engine:
     return engine
 
 
-def ledger_on(engine: Engine) -> SqlLedger:
-    """The SQL ledger on an engine whose schema is current."""
-    return SqlLedger(engine)
+def ledger_on(engine: Engine, instance: str = DEFAULT_INSTANCE, *, now: datetime) -> SqlLedger:
+    """The SQL ledger of digest instance `instance` on an engine whose schema is current.
+
+    The ledger records the instance the first time it is opened and is checked against it every
+    time after (`identity.claim_instance`; `now` dates a new identity row: the caller's clock).
+
+    Raises:
+        LedgerMismatch: the ledger belongs to another instance; nothing was changed.
+        InvalidInstanceName: `instance` is not an instance's name.
+    """
+    claim_instance(engine, instance, now)
+    return SqlLedger(engine, instance)
 
 
 def build_deliverer(

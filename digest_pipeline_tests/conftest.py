@@ -30,7 +30,7 @@ from digest_pipeline.rigs.seeding import W42 as W42
 from digest_pipeline.rigs.servers.pg_cluster import throwaway_allowance as throwaway_allowance
 from digest_pipeline_tests.fakes import FakeLedger, FakeMailer, FixedClock
 
-#: The definitions start their weekly partitions at this week (defs/partitions.py), read once,
+#: The definitions start their weekly partitions at this week (component/partitions.py), read once,
 #: when a test module first imports them: set here, before any does, so the suite's fixed weeks
 #: (2026-W42, FIRST_PERIOD) are partitions whatever the ledger holds and whatever the date is.
 FIRST_WEEK_VARIABLE = "DIGEST_FIRST_WEEK"

@@ -46,6 +46,7 @@ from digest_pipeline.cli.context import (
     discard_output,
     flush_output,
 )
+from digest_pipeline.component.layered_env import instance_env
 from digest_pipeline.domain.errors import DigestError
 from digest_pipeline.ports import Clock
 
@@ -61,6 +62,12 @@ def build_parser() -> argparse.ArgumentParser:
     """The `digest` parser with one subcommand per module."""
     parser = _Parser(
         prog="digest", description="Deliver and inspect the weekly digest, one period at a time."
+    )
+    parser.add_argument(
+        "--instance",
+        metavar="NAME",
+        help="the WeeklyDigest instance of the project's code location (workspace.yaml) to work "
+        "on: its YAML's settings over the environment's (default: the environment's alone)",
     )
     sub = parser.add_subparsers(
         dest="command", required=True, metavar="COMMAND", parser_class=_Parser
@@ -110,10 +117,18 @@ def main(
             discard_output(sys.stdout)
             return EXIT_OUTPUT_CLOSED
         return e.code if isinstance(e.code, int) else EXIT_USAGE
-    ctx = Context(env if env is not None else os.environ, root or Path.cwd(), out, err)
+    base = env if env is not None else os.environ
+    ctx = Context(base, root or Path.cwd(), out, err)
     if clock is not None:
         ctx.clock = clock
     try:
+        args.digest = None
+        if args.instance is not None:
+            # Dagster and the graph load only for a named instance
+            from digest_pipeline.cli.instances import instance_spec
+
+            args.digest = instance_spec(ctx.root, args.instance)
+            ctx.env = instance_env(args.digest.settings, base)
         # the services' `event=… key=…` lines go to stderr at DIGEST_LOG_LEVEL, then detach
         with cli_logging(ctx):
             code: int = args.handler(ctx, args)

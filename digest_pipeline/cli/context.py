@@ -98,6 +98,7 @@ class Context:
     _settings: Settings | None = None
     _engine: Engine | None = None
     _mailer: Mailer | None = None
+    _ledger: SqlLedger | None = None
     _now: datetime | None = None
 
     def now(self) -> datetime:
@@ -135,7 +136,17 @@ class Context:
 
     @property
     def ledger(self) -> SqlLedger:
-        return wiring.ledger_on(self.engine)
+        """The ledger of `DIGEST_INSTANCE`, which it records or is checked against on first use.
+
+        Raises:
+            LedgerMismatch: the ledger belongs to another digest instance.
+        """
+        if self._ledger is None:
+            # the clock, not `now()`: dating the ledger's identity must not fix the command's instant
+            self._ledger = wiring.ledger_on(
+                self.engine, self.settings.instance, now=self.clock.now()
+            )
+        return self._ledger
 
     @property
     def mailer(self) -> Mailer:

@@ -4,7 +4,7 @@ A PostgreSQL ledger with `fsync` or `synchronous_commit` off can forget, in a cr
 "attempt started" rows it had committed, and a restart then sends those digests again. Each of
 these commands asks the ledger's own connection first and stops with one line (exit 2), having
 recorded nothing, unless `DIGEST_ALLOW_NONDURABLE_LEDGER` declares the ledger a throwaway. The
-Dagster steps ask the same (`defs/guards.py`), so a UI, schedule or sensor run fails closed too.
+Dagster steps ask the same (`component/guards.py`), so a UI, schedule or sensor run fails closed too.
 """
 
 from digest_pipeline.adapters.sql.durability import read_durability

@@ -163,21 +163,23 @@ def run_period(ctx: Context, args: argparse.Namespace) -> int:
     # Dagster takes seconds that bad input must not wait for (cli/test_no_dagster_before_refusal).
     import dagster as dg
 
+    from digest_pipeline.cli.instances import default_spec
     from digest_pipeline.cli.workspace_job import (
         execute_workspace_job,
         failure_lines,
         workspace_origin,
     )
-    from digest_pipeline.defs.guards import REFUSED_TAG
-    from digest_pipeline.defs.partitions import require_partition
-    from digest_pipeline.defs.run_ledger import REFUSED
+    from digest_pipeline.component.guards import REFUSED_TAG
+    from digest_pipeline.component.partitions import require_partition
+    from digest_pipeline.component.run_ledger import REFUSED
 
     # what workspace.yaml names, which only Dagster's own loader reads; still before anything
     # of the command is recorded
     workspace_origin(ctx.root / WORKSPACE)
     # a week before the job's first week (DIGEST_FIRST_WEEK) is no partition: one line, and
     # no late grant recorded for it
-    require_partition(period)
+    digest = args.digest or default_spec()
+    require_partition(period, digest.partitions)
     # the demo's secret and loopback link, no postal address: demo ledger only (cli/secrets.py)
     require_link_settings(ctx, "digest run")
     # last of the checks: a late grant is recorded only when the run can start right after it
@@ -191,7 +193,7 @@ def run_period(ctx: Context, args: argparse.Namespace) -> int:
             result = execute_workspace_job(
                 instance,
                 ctx.root / WORKSPACE,
-                JOB,
+                digest.names.named(JOB),
                 period.partition_key,
                 # the full event log goes to the instance (and the UI); the terminal gets the bar
                 run_config={"loggers": {"console": {"config": {"log_level": "ERROR"}}}},

@@ -6,7 +6,7 @@ filled with demo data. So may an unsubscribe link that is not public https
 (`DIGEST_UNSUBSCRIBE_URL`) and a missing `DIGEST_POSTAL_ADDRESS` (domain/compliance.py). Any
 other secret must be the one whose fingerprint the ledger recorded (services/link_secrets.py),
 or the command stops with one line (exit 2) before it sends or listens. The Dagster delivery
-step asks the same (`defs/guards.py`), so a run launched from the UI or by the sensor fails
+step asks the same (`component/guards.py`), so a run launched from the UI or by the sensor fails
 closed too.
 """
 

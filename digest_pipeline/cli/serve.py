@@ -69,7 +69,7 @@ def run_serve(ctx: Context, args: argparse.Namespace) -> int:
             webhook_tolerance=settings.webhook_tolerance,
             ledger_threads=concurrent_callers(engine),
         ),
-        store=SqlFeedbackStore(engine),
+        store=SqlFeedbackStore(engine, ctx.ledger.instance),
         ledger=ctx.ledger,
         queue=ctx.ledger,
         clock=ctx.clock,

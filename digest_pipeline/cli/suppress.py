@@ -94,7 +94,7 @@ def _report(ctx: Context, args: argparse.Namespace, report: SuppressReport, did:
 
 
 def _store(ctx: Context) -> SqlFeedbackStore:
-    return SqlFeedbackStore(ctx.engine)
+    return SqlFeedbackStore(ctx.engine, ctx.ledger.instance)
 
 
 def run_suppress(ctx: Context, args: argparse.Namespace) -> int:

@@ -30,6 +30,9 @@ from digest_pipeline.dagster_private import (
 )
 
 _SCHEDULE_ENV_VARS = r"Property `ScheduleDefinition.environment_vars` is deprecated"
+#: a component's check steps come back from loading as plain AssetsDefinitions, which Dagster
+#: (1.13.27, `repository_data.py`) turns back into checks through a beta parameter
+_CHECKS_REBUILT = r"Parameter `execution_type` of function `AssetsDefinition.__init__`"
 
 
 def workspace_origin(workspace: Path) -> ManagedGrpcPythonEnvCodeLocationOrigin:
@@ -47,6 +50,35 @@ def workspace_origin(workspace: Path) -> ManagedGrpcPythonEnvCodeLocationOrigin:
     return python[0]
 
 
+def load_location(
+    instance: dg.DagsterInstance,
+    workspace: Path,
+    origin: ManagedGrpcPythonEnvCodeLocationOrigin | None = None,
+) -> Any:
+    """The code location `workspace` names, loaded in this process (a context manager).
+
+    Loading it builds every definition, `WeeklyDigest` instances included (component/registry).
+    """
+    origin = workspace_origin(workspace) if origin is None else origin
+    local = InProcessCodeLocationOrigin(
+        loadable_target_origin=origin.loadable_target_origin, location_name=origin.location_name
+    )
+    with warnings.catch_warnings():
+        # Dagster's own snapshot of the schedule reads this deprecated property (1.13.27,
+        # `external_data.py::ScheduleSnap.from_def`): nothing a user of `digest run` can change
+        warnings.filterwarnings("ignore", _SCHEDULE_ENV_VARS, DeprecationWarning)
+        warnings.filterwarnings("ignore", _CHECKS_REBUILT)
+        try:
+            return local.create_location(instance)
+        except Exception as e:
+            # the project's own code (a merged code location): its error, one line, no traceback
+            first = (str(e).strip().splitlines() or [""])[0]
+            raise UsageError(
+                f"code location {origin.location_name} ({workspace.name}) does not load: "
+                f"{type(e).__name__}: {first}"
+            ) from e
+
+
 def execute_workspace_job(
     instance: dg.DagsterInstance,
     workspace: Path,
@@ -61,22 +93,7 @@ def execute_workspace_job(
     into a failed run, as before.
     """
     origin = workspace_origin(workspace)
-    local = InProcessCodeLocationOrigin(
-        loadable_target_origin=origin.loadable_target_origin, location_name=origin.location_name
-    )
-    with warnings.catch_warnings():
-        # Dagster's own snapshot of the schedule reads this deprecated property (1.13.27,
-        # `external_data.py::ScheduleSnap.from_def`): nothing a user of `digest run` can change
-        warnings.filterwarnings("ignore", _SCHEDULE_ENV_VARS, DeprecationWarning)
-        try:
-            location = local.create_location(instance)
-        except Exception as e:
-            # the project's own code (a merged code location): its error, one line, no traceback
-            first = (str(e).strip().splitlines() or [""])[0]
-            raise UsageError(
-                f"code location {origin.location_name} ({workspace.name}) does not load: "
-                f"{type(e).__name__}: {first}"
-            ) from e
+    location = load_location(instance, workspace, origin)
     with location:
         repos = [r for r in location.get_repositories().values() if r.has_job(job_name)]
         if not repos:

@@ -1,5 +1,5 @@
-"""Dagster wiring only: partitions, resources, assets, checks, schedule and sensor.
+"""This project's code location: the executor and one `WeeklyDigest` instance (`weekly_digest/`).
 
-`digest_pipeline.definitions` autoloads every module here; each one reads resources, calls a
-service and turns its report into metadata or check results, and holds no business rule.
+`digest_pipeline.definitions` autoloads this folder. The graph itself is built by the component
+(`digest_pipeline/component/`); `weekly_digest/defs.yaml` is this project's instance of it.
 """

@@ -25,13 +25,13 @@ from typing import Any
 
 import dagster as dg
 
+from digest_pipeline.component.run_settings import run_settings_tag
 from digest_pipeline.dagster_private import (
     ExecutionPlan,
     Executor,
     InitExecutorContext,
     PlanOrchestrationContext,
 )
-from digest_pipeline.defs.run_settings import run_settings_tag
 from digest_pipeline.executor_settings import ExecutorSettings, load_executor_settings
 from digest_pipeline.settings import InvalidSetting
 

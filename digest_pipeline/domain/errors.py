@@ -14,7 +14,11 @@ class InvalidPeriod(DigestError, ValueError):
 
 
 class InvalidOperationKey(DigestError, ValueError):
-    """An operation key was not `digest:<period>:<customer_id>`."""
+    """An operation key was not `<instance>:<period>:<customer_id>`."""
+
+
+class InvalidInstanceName(DigestError, ValueError):
+    """A digest instance's name was not a lower-case letter and up to 21 more of `a-z0-9_`."""
 
 
 class InvalidCustomerId(DigestError, ValueError):

@@ -28,7 +28,9 @@ through it will ever arrive. `email.failed` also comes for account-wide causes (
 verification, quota), which must not cost a customer, and an invalid address is already refused
 by the send call itself (a 422, dead-lettered as permanent). `email.sent` settles nothing, as
 the stored types have no `sent`; a `delivered` event or reconciliation settles an `unknown`
-item. An event that matches no item is recorded `unmatched`.
+item. An event that matches no item is recorded `unmatched`; so is one carrying another digest
+instance's key (`vip_digest:…` at the `digest` instance's endpoint): a provider account sends every
+instance's events to every endpoint, and that item is another ledger's, not an error here.
 """
 
 import re
@@ -39,7 +41,7 @@ from typing import Any
 
 from digest_pipeline.domain.errors import DigestError, InvalidOperationKey
 from digest_pipeline.domain.model import AuditEntry
-from digest_pipeline.domain.periods import OperationKey, Period
+from digest_pipeline.domain.periods import INSTANCE_PATTERN, OperationKey, Period
 from digest_pipeline.domain.states import DeliveryState
 
 
@@ -250,8 +252,9 @@ RESEND_TYPES: dict[str, EventType] = {
 }
 #: the `data.bounce.type` of a permanent rejection (Resend passes on SES's names)
 _PERMANENT_BOUNCE = "permanent"
-#: the HTTP mailer's `operation_key` tag: the key with `:` replaced, as Resend tags allow
-_TAG_KEY = re.compile(r"digest_([0-9]{4}-W[0-9]{2})_([A-Za-z0-9._-]{1,128})")
+#: the HTTP mailer's `operation_key` tag: the key with `:` replaced, as Resend tags allow. An
+#: instance's name holds no `-`, so the first `-W` is the period's and the parts split one way.
+_TAG_KEY = re.compile(rf"({INSTANCE_PATTERN})_([0-9]{{4}}-W[0-9]{{2}})_([A-Za-z0-9._-]{{1,128}})")
 _MESSAGE_ID = re.compile(r"[A-Za-z0-9._:@<>+=/-]{1,255}")
 _TYPE_NAME = re.compile(r"[a-z_.]{1,64}")
 KEY_TAG = "operation_key"
@@ -273,7 +276,7 @@ def _key(text: object) -> OperationKey | None:
     if not isinstance(text, str):
         return None
     tagged = _TAG_KEY.fullmatch(text)
-    spelled = f"digest:{tagged.group(1)}:{tagged.group(2)}" if tagged else text
+    spelled = ":".join(tagged.groups()) if tagged else text
     try:
         return OperationKey.parse(spelled)
     except InvalidOperationKey:

@@ -3,7 +3,9 @@
 A period is written `2026-W42`; its Dagster partition key is the ISO 8601 week date of its Monday,
 `2026-W42-1`, and the Monday's calendar date `2026-10-12` is accepted too: all three parse to the
 same `Period`. An operation key, `digest:2026-W42:customer-1842`, names one customer's digest for
-one period and never carries an attempt number.
+one period in one digest instance (its first part: `digest`, the default, or another instance's
+name such as `vip_digest`) and never carries an attempt number. Two instances on one provider
+account so never share an Idempotency-Key, a Message-ID or an outbox file.
 """
 
 import re
@@ -11,7 +13,12 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from functools import lru_cache
 
-from digest_pipeline.domain.errors import InvalidCustomerId, InvalidOperationKey, InvalidPeriod
+from digest_pipeline.domain.errors import (
+    InvalidCustomerId,
+    InvalidInstanceName,
+    InvalidOperationKey,
+    InvalidPeriod,
+)
 
 _ISO_WEEK = re.compile(r"([0-9]{4})-W([0-9]{2})")
 #: an ISO week date (`%G-W%V-%u`), the form of a partition key
@@ -20,7 +27,16 @@ _MONDAY = re.compile(r"([0-9]{4})-([0-9]{2})-([0-9]{2})")
 # fullmatch, not match + $: `$` lets a trailing newline through.
 # Colons separate the parts of an operation key and whitespace breaks headers and logs.
 _CUSTOMER_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
-KEY_PREFIX = "digest"
+#: a digest instance's name: it prefixes Dagster asset keys and job names too, which take only
+#: letters, digits and `_`, and it is the first part of an operation key, so never a `:`. At
+#: most 22 characters: with `:2026-W42:` and a 128-character customer id the key still fits the
+#: ledger's 160-character key columns.
+INSTANCE_PATTERN = r"[a-z][a-z0-9_]{0,21}"
+_INSTANCE = re.compile(INSTANCE_PATTERN)
+#: `INSTANCE_PATTERN` in words, for every refusal of a name
+INSTANCE_RULE = "a lower-case letter followed by at most 21 lower-case letters, digits or '_'"
+#: the instance a process works for unless it is configured with another; its keys are `digest:…`
+DEFAULT_INSTANCE = "digest"
 
 
 @dataclass(frozen=True, order=True)
@@ -132,39 +148,58 @@ def validate_customer_id(customer_id: str) -> str:
     return customer_id
 
 
+def validate_instance_name(name: str) -> str:
+    """Returns the name unchanged or raises InvalidInstanceName."""
+    if not isinstance(name, str) or not _INSTANCE.fullmatch(name):
+        raise InvalidInstanceName(
+            f"digest instance name {name!r} must be {INSTANCE_RULE} (it prefixes operation keys, "
+            "asset keys and job names)"
+        )
+    return name
+
+
 @dataclass(frozen=True, order=True)
 class OperationKey:
-    """`digest:<period>:<customer_id>`: one customer's digest for one period."""
+    """`<instance>:<period>:<customer_id>`: one customer's digest for one period of one instance."""
 
     period: Period
     customer_id: str
+    instance: str = DEFAULT_INSTANCE
 
     def __post_init__(self) -> None:
         validate_customer_id(self.customer_id)
+        # the default needs no pattern match: nearly every key of nearly every install is one
+        if self.instance != DEFAULT_INSTANCE:
+            validate_instance_name(self.instance)
 
     @classmethod
     def parse(cls, text: str) -> "OperationKey":
-        """Parses `digest:2026-W42:customer-1842`; anything else raises InvalidOperationKey."""
+        """Parses `digest:2026-W42:customer-1842` or another instance's; else InvalidOperationKey."""
         parts = text.strip().split(":") if isinstance(text, str) else []
-        if len(parts) != 3 or parts[0] != KEY_PREFIX or not _ISO_WEEK.fullmatch(parts[1]):
+        if (
+            len(parts) != 3
+            or not _INSTANCE.fullmatch(parts[0])
+            or not _ISO_WEEK.fullmatch(parts[1])
+        ):
             raise InvalidOperationKey(
-                f"operation key {text!r} is not of the form digest:2026-W42:<customer_id>"
+                f"operation key {text!r} is not of the form <instance>:2026-W42:<customer_id> "
+                f"(the default instance is {DEFAULT_INSTANCE})"
             )
         try:
-            return cls(Period.parse(parts[1]), parts[2])
+            return cls(Period.parse(parts[1]), parts[2], parts[0])
         except (InvalidPeriod, InvalidCustomerId) as e:
             raise InvalidOperationKey(f"operation key {text!r}: {e}") from e
 
     def __str__(self) -> str:
         text: str | None = self.__dict__.get("_text")
         if text is None:
-            text = f"{KEY_PREFIX}:{self.period}:{self.customer_id}"
+            text = f"{self.instance}:{self.period}:{self.customer_id}"
             _remember_text(self, text)
         return text
 
     def __hash__(self) -> int:
         # Equal keys have equal texts, and a str keeps its hash: a key is a dict key many times
-        # a delivery, where the dataclass's hash built a tuple of two fields (one a dataclass).
+        # a delivery, where the dataclass's hash built a tuple of its fields (one a dataclass).
         return hash(str(self))
 
 

@@ -56,7 +56,7 @@ class Ledger(
         """
         entries = self.iter_snapshot_entries(period, page=page)
         for chunk in chunked(entries, page):
-            keys = [OperationKey(period, e.customer_id) for e in chunk]
+            keys = [OperationKey(period, e.customer_id, self.instance) for e in chunk]
             has_rows = self.keys_with_rows_of(keys)
             fresh = [k for k in keys if k not in has_rows]
             done = {k for k, item in self.items_of(fresh).items() if item.state in DELIVERED}

@@ -413,6 +413,11 @@ class SendBudget(Protocol):
 class ContentBacklog(Protocol):
     """The frozen customers that content generation has still to write rows for."""
 
+    @property
+    @abstractmethod
+    def instance(self) -> str:
+        """The digest instance this ledger belongs to: the first part of each of its keys."""
+
     @abstractmethod
     def iter_needing_content(self, period: Period, page: int = 5_000) -> Iterator[str]:
         """The frozen customer ids, in order, with no live rows and no item sent or cleaned.

@@ -9,7 +9,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from digest_pipeline.adapters.sql.ledger import SqlLedger
-from digest_pipeline.wiring import ledger_on, migrated_engine
+from digest_pipeline.wiring import migrated_engine
 
 #: the checkout the rigs run from: `workspace.yaml`, `dagster.yaml` and `deploy/` live here
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
@@ -25,6 +25,8 @@ def open_rig_ledger(url: str, *, pool_size: int = 2) -> Iterator[SqlLedger]:
     """
     engine = migrated_engine(url, pool_size=pool_size)
     try:
-        yield ledger_on(engine)
+        # The default instance's, unrecorded: a rig's database is scratch (the simulator wants
+        # it empty, then truncates it), and the processes a rig starts record it themselves.
+        yield SqlLedger(engine)
     finally:
         engine.dispose()

@@ -7,7 +7,7 @@ The tests' builders re-export these, so a test and a rig seed the same customers
 from datetime import UTC, datetime
 
 from digest_pipeline.domain.model import DigestRow, SnapshotEntry
-from digest_pipeline.domain.periods import OperationKey, Period
+from digest_pipeline.domain.periods import DEFAULT_INSTANCE, OperationKey, Period
 from digest_pipeline.ports import Ledger
 
 #: Monday 06:00 UTC after 2026-W42: when the weekly schedule delivers that week.
@@ -41,9 +41,9 @@ def row_title(n: int, position: int) -> str:
     return f"Walnut Serving Board #{n:04d}/{position}"
 
 
-def key_of(n: int, period: Period = W42) -> OperationKey:
-    """The operation key of customer number `n` in `period`."""
-    return OperationKey(period, customer_id(n))
+def key_of(n: int, period: Period = W42, instance: str = DEFAULT_INSTANCE) -> OperationKey:
+    """The operation key of customer number `n` in `period` of digest instance `instance`."""
+    return OperationKey(period, customer_id(n), instance)
 
 
 def digest_rows_for(key: OperationKey, n: int, count: int = ROWS_PER_CUSTOMER) -> list[DigestRow]:
@@ -79,9 +79,12 @@ def seed_period(
     ledger.freeze_snapshot(
         period, "run-snapshot", now, [SnapshotEntry(customer_id(n), email_of(n)) for n in numbers]
     )
+    keys = [key_of(n, period, ledger.instance) for n in numbers]
     ledger.add_digest_rows(
-        row for n in numbers for row in digest_rows_for(key_of(n, period), n, rows_per_customer)
+        row
+        for n, key in zip(numbers, keys, strict=True)
+        for row in digest_rows_for(key, n, rows_per_customer)
     )
     if enqueue:
         ledger.enqueue(period, now)
-    return [key_of(n, period) for n in numbers]
+    return keys

@@ -261,8 +261,10 @@ def generate_content(
         executor.writes(WRITES_IN_FLIGHT, "content") as writes,
     ):
         content = plan_content(source, period, lookback, picks_rule)
+        # the ledger's keys carry its instance; rows written under any other would be no one's
+        instance = ledger.instance
         for ids in chunked(ledger.iter_needing_content(period, page=chunk), chunk):
-            keys = [OperationKey(period, customer_id) for customer_id in ids]
+            keys = [OperationKey(period, customer_id, instance) for customer_id in ids]
             generated = content.content_of(source, keys, picks_per_customer)
             empty += generated.without_picks
             failed += len(generated.rule_failed)

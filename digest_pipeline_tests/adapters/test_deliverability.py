@@ -6,6 +6,7 @@ hidden with `display:none`, not by text coloured like its background, which Spam
 """
 
 import re
+from dataclasses import replace
 from html.parser import HTMLParser
 
 import pytest
@@ -55,6 +56,15 @@ def test_a_digest_carries_a_feedback_id_with_the_week_as_campaign_and_the_domain
 
     assert feedback_id == "2026-W42:digest:weekly:example.com"
     assert len(feedback_id.split(":")) == 4
+
+
+def test_another_digest_instance_is_its_own_feedback_id_next_to_the_default():
+    item = item_for("customer-0001")
+    theirs = replace(item, key=replace(item.key, instance="vip_digest"))
+    rows = picks(theirs.key, product(1), product(2))
+    _, feedback_id = list_headers(composer().compose(theirs, RECIPIENT, rows))
+
+    assert feedback_id == "2026-W42:vip_digest:weekly:example.com"
 
 
 def test_the_list_headers_are_the_same_for_two_customers_of_one_week():

@@ -24,7 +24,7 @@ from benchmarks import (
 )
 from digest_pipeline.domain.periods import Period
 from digest_pipeline_tests.conftest import require_postgres_url, require_redis_url
-from digest_pipeline_tests.dagster.harness import project
+from digest_pipeline_tests.dagster.graph import project
 
 
 def job_checks() -> int:

@@ -58,6 +58,8 @@ def _one_line_exit_2(code: int, out: str, err: str, command: str) -> str:
         ),
         ("DIGEST_DATABASE_URL", "sqlite:///", "names no SQLite file"),
         ("DIGEST_DATABASE_URL", "sqlite://", "names no SQLite file"),
+        # no Dagster asset key or job name could carry it
+        ("DIGEST_INSTANCE", "Bad-Name", "must be a lower-case letter followed by at most 21"),
     ],
 )
 @pytest.mark.parametrize(

@@ -14,6 +14,7 @@ import pytest
 
 from digest_pipeline.cli import main
 from digest_pipeline.cli.files import MAX_INPUT_BYTES
+from digest_pipeline.wiring import ledger_on
 from digest_pipeline_tests.cli.conftest import World
 from digest_pipeline_tests.cli.operator_steps import P, k, refused_changes_nothing
 
@@ -87,6 +88,8 @@ def test_an_oversized_dagster_yaml_is_refused_before_the_run(world: World, tmp_p
     project = tmp_path / "project"
     project.mkdir()
     (project / "dagster.yaml").write_bytes(b"#" * MAX_INPUT_BYTES + b"\n")
+    # the ledger as any command leaves it when it first opens it: its identity names its instance
+    ledger_on(world.engine, now=world.clock.now())
     before = world.dump()
     out, err = io.StringIO(), io.StringIO()
 

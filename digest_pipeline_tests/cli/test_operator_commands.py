@@ -130,7 +130,7 @@ def test_items_with_a_key_tells_that_items_story(mixed):
     [
         (["--state", "lost"], ["'lost' is not a state", "retry_scheduled, unknown"]),
         (["--key", "digest:2026-W41:customer-0001"], ["is not of period 2026-W42"]),
-        (["--key", "customer-0001"], ["not of the form digest:2026-W42:<customer_id>"]),
+        (["--key", "customer-0001"], ["not of the form <instance>:2026-W42:<customer_id>"]),
         (["--key", "digest:2026-W42:nobody"], ["no work item for digest:2026-W42:nobody"]),
         (["--key", "digest:2026-W42:customer-0001", "--state", "sent"], ["drop --state"]),
         (["--period", "2026-W43"], ["has not ended yet"]),

@@ -21,6 +21,7 @@ from digest_pipeline.cli import main, workspace_job
 from digest_pipeline.domain.periods import Period
 from digest_pipeline.domain.policy import DeliveryPolicy
 from digest_pipeline.ports import Clock
+from digest_pipeline.wiring import ledger_on
 from digest_pipeline_tests.cli.conftest import PROJECT, Run, World
 from digest_pipeline_tests.conftest import W42
 from digest_pipeline_tests.dagster.harness import World as JobWorld
@@ -100,6 +101,8 @@ def test_latest_and_its_window_are_read_at_one_instant_across_midnight(world, jo
 
 def test_a_refused_latest_records_nothing_and_says_so(world, job, tmp_path):
     # a one-hour window: the latest week's closed long ago, before any attempt
+    # the ledger as any command leaves it when it first opens it: its identity names its instance
+    ledger_on(world.engine, now=world.clock.now())
     before = world.dump()
 
     run = run_latest(

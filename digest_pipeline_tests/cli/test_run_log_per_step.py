@@ -8,7 +8,7 @@ the ledger's: the attempts, the dead letters and the audit log.
 import dagster as dg
 
 from digest_pipeline.adapters.clock import SystemClock
-from digest_pipeline.domain.periods import KEY_PREFIX
+from digest_pipeline.domain.periods import DEFAULT_INSTANCE
 from digest_pipeline.rigs.servers.provider_actions import status
 from digest_pipeline.rigs.servers.provider_server import ProviderServer
 from digest_pipeline_tests.cli.conftest import Cli
@@ -50,5 +50,5 @@ def test_a_week_where_every_send_fails_writes_no_line_per_item_to_the_run_log(en
     # the service lines that belong to the run are there (the snapshot gate, the batches) ...
     assert any("event=" in line for line in lines), lines
     # ... but no line is about one item, and there are at most a few per step
-    assert [line for line in lines if f"{KEY_PREFIX}:" in line] == []
+    assert [line for line in lines if f"{DEFAULT_INSTANCE}:" in line] == []
     assert len(lines) <= 3 * len(steps), lines

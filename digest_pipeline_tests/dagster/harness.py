@@ -3,7 +3,6 @@
 Addresses and product titles are distinctive, so a test can search the whole event log for them.
 """
 
-import functools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -11,22 +10,19 @@ from typing import Any
 
 import dagster as dg
 
-from digest_pipeline.definitions import defs
-from digest_pipeline.defs.asset_checks import digest_deliveries_checks
-from digest_pipeline.defs.assets import (
-    digest_cleanup,
-    digest_content,
-    digest_work_items,
-    eligibility_snapshot,
-)
-from digest_pipeline.defs.deliveries import digest_deliveries
-from digest_pipeline.defs.guards import REFUSED_TAG
-from digest_pipeline.defs.resources import DeliveryResource
-from digest_pipeline.defs.sensors import digest_retry_sweeper
+from digest_pipeline.component.guards import REFUSED_TAG
+from digest_pipeline.component.resources import DeliveryResource
 from digest_pipeline.domain.catalogue import Order, Product
 from digest_pipeline.ports import Mailer
 from digest_pipeline_tests.builders import customer_id, make_customer
 from digest_pipeline_tests.conftest import T0, W42
+from digest_pipeline_tests.dagster.graph import (
+    ASSET_NAMES,
+    asset,
+    deliveries_checks,
+    project,
+    sweeper,
+)
 from digest_pipeline_tests.fakes import (
     FakeComposer,
     FakeCustomerSource,
@@ -36,15 +32,9 @@ from digest_pipeline_tests.fakes import (
 )
 
 PARTITION = "2026-W42-1"
-ASSETS = (
-    eligibility_snapshot,
-    digest_content,
-    digest_work_items,
-    digest_deliveries,
-    digest_cleanup,
-)
+ASSETS = tuple(asset(name) for name in ASSET_NAMES)
 #: the job's step of checks only (the other assets evaluate their checks in their own steps)
-CHECKS = (digest_deliveries_checks,)
+CHECKS = (deliveries_checks(),)
 #: the checks the job evaluates, in its asset steps and its check step
 CHECK_COUNT = sum(len(list(d.check_specs)) for d in (*ASSETS, *CHECKS))
 PRODUCTS = 6
@@ -134,16 +124,10 @@ class World:
         )
 
 
-@functools.cache
-def project() -> dg.Definitions:
-    """The project's own Definitions, loaded once per test session."""
-    return defs()
-
-
 def sweep(world: World) -> Any:
     """One tick of the retry sweeper over the world's ledger, resolved against the project."""
     with dg.build_sensor_context(resources=world.resources(), definitions=project()) as ctx:
-        return digest_retry_sweeper.evaluate_tick(ctx)
+        return sweeper().evaluate_tick(ctx)
 
 
 def metadata(result: dg.ExecuteInProcessResult, asset: str) -> dict[str, Any]:

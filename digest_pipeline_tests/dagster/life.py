@@ -29,13 +29,12 @@ from digest_pipeline.adapters.sql.ledger import SqlLedger
 from digest_pipeline.adapters.sql.schema import customers as customers_table
 from digest_pipeline.adapters.sql.schema import orders as orders_table
 from digest_pipeline.adapters.sql.schema import products as products_table
-from digest_pipeline.defs.io_manager import LedgerIOManager
-from digest_pipeline.defs.resources import DeliveryResource
-from digest_pipeline.defs.sensors import digest_retry_sweeper
+from digest_pipeline.component.io_manager import LedgerIOManager
+from digest_pipeline.component.resources import DeliveryResource
 from digest_pipeline.domain.periods import Period
 from digest_pipeline.settings import load_settings
 from digest_pipeline.wiring import build_composer
-from digest_pipeline_tests.dagster.harness import project
+from digest_pipeline_tests.dagster.graph import project, sweeper
 from digest_pipeline_tests.fakes import FakeMailer, FixedClock
 
 #: the provider remembers an idempotency key this long (Resend-style HTTP APIs)
@@ -304,7 +303,7 @@ class Life:
         with dg.build_sensor_context(
             instance=self.instance, resources=self.resources(), definitions=self._defs
         ) as context:
-            data = digest_retry_sweeper.evaluate_tick(context)
+            data = sweeper().evaluate_tick(context)
         launched = []
         for request in data.run_requests or []:
             assert request.partition_key is not None

@@ -6,12 +6,13 @@ from datetime import timedelta
 import dagster as dg
 import pytest
 
-from digest_pipeline.defs.report import NONE_LEFT
+from digest_pipeline.component.report import NONE_LEFT
 from digest_pipeline.domain.failures import FailureClass, SendOutcome
 from digest_pipeline.domain.states import DeliveryState
 from digest_pipeline_tests.builders import key_of, make_customer
 from digest_pipeline_tests.conftest import W42
 from digest_pipeline_tests.dagster.conftest import PERMANENT, TRANSIENT
+from digest_pipeline_tests.dagster.graph import project
 from digest_pipeline_tests.dagster.harness import (
     ASSETS,
     BEFORE_DELIVERY,
@@ -21,7 +22,6 @@ from digest_pipeline_tests.dagster.harness import (
     World,
     checks,
     metadata,
-    project,
 )
 
 #: what the cleanup step itself did: on digest_cleanup only

@@ -3,21 +3,26 @@
 import dagster as dg
 import pytest
 
-from digest_pipeline.defs.asset_checks import CLEANUP_CHECKS, SNAPSHOT_CHECKS
-from digest_pipeline.defs.check_step import asset_with_checks, check_step
-from digest_pipeline.ports import Clock, Ledger
+from digest_pipeline.component.asset_checks import CLEANUP_CHECKS, SNAPSHOT_CHECKS
+from digest_pipeline.component.check_step import asset_with_checks, check_step
+from digest_pipeline.component.naming import Names, Resources
+from digest_pipeline.component.spec import DigestSpec
+
+DIGEST = DigestSpec(Names())
 
 
 def test_a_step_refuses_a_check_of_another_asset():
     with pytest.raises(ValueError, match="every check of the digest_content step must be on"):
-        check_step("digest_content", SNAPSHOT_CHECKS)
+        check_step(DIGEST, "digest_content", SNAPSHOT_CHECKS)
 
 
 def test_an_asset_refuses_a_check_of_another_asset():
     with pytest.raises(ValueError, match="every check of the eligibility_snapshot step"):
 
-        @asset_with_checks(CLEANUP_CHECKS, group="digest")
-        def eligibility_snapshot(context: dg.AssetExecutionContext) -> dg.MaterializeResult[None]:
+        @asset_with_checks(DIGEST, CLEANUP_CHECKS, needs=("ledger", "clock"))
+        def eligibility_snapshot(
+            context: dg.AssetExecutionContext, r: Resources
+        ) -> dg.MaterializeResult[None]:
             return dg.MaterializeResult()
 
 
@@ -25,10 +30,8 @@ def test_an_asset_must_take_every_resource_its_checks_read():
     # `no_invalid_recipients` reads the customer source: a step without it could not run it
     with pytest.raises(ValueError, match=r"resources its checks read: \['customer_source'\]"):
 
-        @asset_with_checks(SNAPSHOT_CHECKS, group="digest")
+        @asset_with_checks(DIGEST, SNAPSHOT_CHECKS, needs=("ledger", "clock"))
         def eligibility_snapshot(
-            context: dg.AssetExecutionContext,
-            ledger: dg.ResourceParam[Ledger],
-            clock: dg.ResourceParam[Clock],
+            context: dg.AssetExecutionContext, r: Resources
         ) -> dg.MaterializeResult[None]:
             return dg.MaterializeResult()

@@ -9,7 +9,6 @@ from datetime import datetime, timedelta
 import dagster as dg
 import pytest
 
-from digest_pipeline.defs.asset_checks import digest_deliveries_checks
 from digest_pipeline.domain.failures import FailureClass, SendOutcome
 from digest_pipeline.domain.feedback import EventType, ProviderEvent
 from digest_pipeline.domain.model import AuditNote, Claim, Transition
@@ -19,6 +18,7 @@ from digest_pipeline.ports import Mailer
 from digest_pipeline.services.feedback import record_event
 from digest_pipeline_tests.builders import complete_one, key_of, start_one
 from digest_pipeline_tests.conftest import T0, W42
+from digest_pipeline_tests.dagster.graph import deliveries_checks
 from digest_pipeline_tests.dagster.harness import (
     ASSETS,
     BEFORE_DELIVERY,
@@ -131,10 +131,10 @@ def test_no_duplicate_send_fails_for_a_second_confirmed_send_and_blocks_cleanup(
     assert metadata(result, "digest_deliveries")["duplicate_sends"] == 1
     assert_cleanup_was_blocked(result, world)
     # one step evaluates every check of the asset: the red invariant hides none beside it
-    assert set(checks(result)) == set(names_of(digest_deliveries_checks))
+    assert set(checks(result)) == set(names_of(deliveries_checks()))
 
 
-def names_of(step: dg.AssetChecksDefinition) -> set[str]:
+def names_of(step: dg.AssetsDefinition) -> set[str]:
     return {spec.name for spec in step.check_specs}
 
 

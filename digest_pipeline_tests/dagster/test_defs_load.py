@@ -4,8 +4,8 @@ import dagster as dg
 import pytest
 
 from digest_pipeline.definitions import defs
-from digest_pipeline.defs.partitions import weekly_partitions
 from digest_pipeline.domain.model import INVARIANTS
+from digest_pipeline_tests.dagster.graph import partitions
 
 ASSET_NAMES = {
     "eligibility_snapshot",
@@ -74,7 +74,7 @@ def test_every_asset_is_in_the_digest_group_partitioned_by_week_and_described(pr
     graph = project.resolve_asset_graph()
     for name in ASSET_NAMES:
         node = graph.get(dg.AssetKey(name))
-        assert node.partitions_def == weekly_partitions, name
+        assert node.partitions_def == partitions(), name
         assert node.group_name == "digest", name
         assert len(project.resolve_assets_def(name).descriptions_by_key[node.key]) > 40, name
 
@@ -84,7 +84,7 @@ def test_every_check_is_partitioned_by_week_and_blocks_only_where_it_must(projec
     found = set()
     for key in graph.asset_check_keys:
         spec = graph.get_check_spec(key)
-        assert spec.partitions_def == weekly_partitions, key.name
+        assert spec.partitions_def == partitions(), key.name
         assert spec.description, key.name
         found.add((key.asset_key.to_user_string(), key.name, spec.blocking))
     assert found == CHECKS_BY_ASSET

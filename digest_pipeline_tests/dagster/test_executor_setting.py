@@ -14,8 +14,12 @@ import pytest
 import yaml
 from dagster_celery.cli import get_validated_config
 
+from digest_pipeline.component.run_settings import (
+    RUN_SETTINGS_TAG,
+    check_run_settings,
+    run_settings_tag,
+)
 from digest_pipeline.definitions import defs
-from digest_pipeline.defs.run_settings import RUN_SETTINGS_TAG, check_run_settings, run_settings_tag
 from digest_pipeline.domain.errors import RunSettingsMismatch
 from digest_pipeline.executor_settings import load_executor_settings
 from digest_pipeline.settings import InvalidSetting

@@ -43,7 +43,7 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from digest_pipeline.defs.resources import DeliveryResource
+from digest_pipeline.component.resources import DeliveryResource
 from digest_pipeline.domain.periods import OperationKey, Period
 from digest_pipeline.domain.states import DeliveryState
 from digest_pipeline_tests.conftest import SQL_BACKENDS

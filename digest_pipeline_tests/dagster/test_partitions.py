@@ -19,11 +19,10 @@ from sqlalchemy import Engine
 
 from digest_pipeline.adapters.sql.ledger import SqlLedger
 from digest_pipeline.cli import main
-from digest_pipeline.defs.partitions import (
+from digest_pipeline.component.partitions import (
     first_week,
     latest_complete_week,
     require_partition,
-    weekly_partitions,
     weekly_partitions_from,
 )
 from digest_pipeline.domain.errors import InvalidPeriod
@@ -31,6 +30,7 @@ from digest_pipeline.domain.periods import FIRST_PERIOD, Period
 from digest_pipeline.rigs.seeding import seed_period
 from digest_pipeline.settings import InvalidSetting, load_settings
 from digest_pipeline_tests.conftest import SQL_BACKENDS, T0, W42
+from digest_pipeline_tests.dagster.graph import partitions
 
 #: Sunday 2026-12-06 18:00 UTC: the latest complete week is 2026-W48 (ISO week 49 is running)
 NOW = datetime(2026, 12, 6, 18, 0, tzinfo=UTC)
@@ -103,9 +103,9 @@ def test_any_instant_is_in_the_partition_of_its_period(timestamp):
 
 def test_the_projects_partitions_use_the_iso_week_date_keys():
     # the test suite's first week (conftest sets DIGEST_FIRST_WEEK)
-    assert weekly_partitions.get_first_partition_key() == "2025-W02-1"
-    assert weekly_partitions.has_partition_key(W42.partition_key)
-    assert not weekly_partitions.has_partition_key("2026-10-12")  # the old Monday keys
+    assert partitions().get_first_partition_key() == "2025-W02-1"
+    assert partitions().has_partition_key(W42.partition_key)
+    assert not partitions().has_partition_key("2026-10-12")  # the old Monday keys
 
 
 # --- the first week -------------------------------------------------------------------------
@@ -264,6 +264,6 @@ def test_a_week_before_the_first_is_refused_naming_the_setting():
 
 def test_a_week_before_the_first_period_or_not_yet_over_is_refused_too():
     with pytest.raises(InvalidPeriod, match="before 2025-W02, the first week any run has"):
-        require_partition(Period(2024, 50))
+        require_partition(Period(2024, 50), partitions())
     with pytest.raises(InvalidPeriod, match="it has not ended"):
-        require_partition(Period.of(datetime.now(UTC).date()))
+        require_partition(Period.of(datetime.now(UTC).date()), partitions())

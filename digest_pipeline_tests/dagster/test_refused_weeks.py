@@ -9,12 +9,12 @@ from datetime import timedelta
 
 import dagster as dg
 
+from digest_pipeline.component.guards import REFUSED_TAG
+from digest_pipeline.component.late_grant import DELIVER_LATE_TAG, OPERATOR_TAG
 from digest_pipeline.dagster_private import (
     AssetCheckExecutionResolvedStatus,
     LoadingContextForTest,
 )
-from digest_pipeline.defs.guards import REFUSED_TAG
-from digest_pipeline.defs.late_grant import DELIVER_LATE_TAG, OPERATOR_TAG
 from digest_pipeline.domain.policy import DeliveryPolicy
 from digest_pipeline.services.late import LATE_ACTION
 from digest_pipeline_tests.conftest import W42

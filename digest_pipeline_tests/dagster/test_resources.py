@@ -10,12 +10,12 @@ import pytest
 from digest_pipeline.adapters.demo_data import seed_demo
 from digest_pipeline.adapters.sql.engine import create_ledger_engine
 from digest_pipeline.adapters.sql.ledger import SqlLedger
+from digest_pipeline.component.resources import DeliveryResource, LedgerResource
 from digest_pipeline.definitions import defs
-from digest_pipeline.defs.partitions import weekly_partitions
-from digest_pipeline.defs.resources import DeliveryResource, LedgerResource
 from digest_pipeline.domain.model import CleanupMode
 from digest_pipeline.domain.periods import Period
 from digest_pipeline.settings import InvalidSetting, default_database_url
+from digest_pipeline_tests.dagster.graph import partitions
 from digest_pipeline_tests.dagster.harness import metadata
 
 
@@ -82,7 +82,7 @@ def test_the_weekly_job_runs_a_week_on_the_embedded_defaults(tmp_path, monkeypat
     engine = create_ledger_engine(default_database_url(tmp_path))
     seeded = seed_demo(engine, customers=12, seed=7, now=datetime.now(UTC))
     engine.dispose()
-    partition = weekly_partitions.get_last_partition_key()
+    partition = partitions().get_last_partition_key()
     assert partition is not None
     job = defs().resolve_job_def("weekly_digest_job")
 

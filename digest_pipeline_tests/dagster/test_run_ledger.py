@@ -16,10 +16,10 @@ from digest_pipeline.adapters.demo_data import seed_demo
 from digest_pipeline.adapters.sql.engine import create_ledger_engine
 from digest_pipeline.adapters.sql.identity import ledger_id, shown_url
 from digest_pipeline.adapters.sql.ledger import SqlLedger
+from digest_pipeline.component.run_ledger import LEDGER_ID_TAG, LEDGER_URL_TAG
 from digest_pipeline.definitions import defs
-from digest_pipeline.defs.partitions import weekly_partitions
-from digest_pipeline.defs.run_ledger import LEDGER_ID_TAG, LEDGER_URL_TAG
 from digest_pipeline.domain.periods import Period
+from digest_pipeline_tests.dagster.graph import partitions
 
 
 @pytest.fixture
@@ -50,7 +50,7 @@ def run_week(
     )
 
 
-PARTITION = weekly_partitions.get_last_partition_key() or ""
+PARTITION = partitions().get_last_partition_key() or ""
 
 
 def failure_text(result: dg.ExecuteInProcessResult) -> str:

@@ -14,12 +14,12 @@ from digest_pipeline.domain.states import DeliveryState
 from digest_pipeline.services.late import grant_late_delivery
 from digest_pipeline_tests.builders import complete_one, key_of, seed_period, start_one
 from digest_pipeline_tests.conftest import T0, W42
+from digest_pipeline_tests.dagster.graph import project
 from digest_pipeline_tests.dagster.harness import (
     BEFORE_DELIVERY,
     PARTITION,
     World,
     metadata,
-    project,
     refusal,
     sweep,
 )

@@ -7,7 +7,7 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from digest_pipeline.defs.resources import ComposerResource
+from digest_pipeline.component.resources import ComposerResource
 from digest_pipeline.domain.model import WorkItem
 from digest_pipeline.domain.states import DeliveryState
 from digest_pipeline.settings import InvalidSetting

@@ -7,8 +7,8 @@ import pytest
 
 from digest_pipeline.cli.context import UsageError
 from digest_pipeline.cli.workspace_job import execute_workspace_job
-from digest_pipeline.defs.partitions import weekly_partitions
 from digest_pipeline.rigs.bootstrap import PROJECT_ROOT
+from digest_pipeline_tests.dagster.graph import partitions
 
 JOB = "weekly_digest_job"
 
@@ -21,7 +21,7 @@ JOB = "weekly_digest_job"
     ],
 )
 def test_a_key_that_is_no_partition_is_refused_before_any_run_is_made(tmp_path: Path, key: str):
-    last = weekly_partitions.get_last_partition_key()
+    last = partitions().get_last_partition_key()
 
     with dg.DagsterInstance.ephemeral(tempdir=str(tmp_path)) as instance:
         with pytest.raises(UsageError) as refused:

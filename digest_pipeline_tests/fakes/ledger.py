@@ -11,7 +11,7 @@ from datetime import datetime
 
 from digest_pipeline.domain.fingerprints import FingerprintRecord
 from digest_pipeline.domain.model import AuditEntry, CleanupMode, Transition
-from digest_pipeline.domain.periods import OperationKey
+from digest_pipeline.domain.periods import DEFAULT_INSTANCE, OperationKey
 from digest_pipeline.domain.states import DeliveryState
 from digest_pipeline.ports.ledger import Ledger
 from digest_pipeline.ports.ledger_roles import AuditTrail, SecretFingerprints
@@ -68,8 +68,8 @@ class FakeLedger(
     reconciliation.
     """
 
-    def __init__(self) -> None:
-        super().__init__()
+    def __init__(self, instance: str = DEFAULT_INSTANCE) -> None:
+        super().__init__(instance)
         self._fingerprints = FakeSecretFingerprints(self)
 
     @property

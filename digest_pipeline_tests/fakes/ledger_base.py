@@ -24,7 +24,12 @@ from digest_pipeline.domain.model import (
     Transition,
     WorkItem,
 )
-from digest_pipeline.domain.periods import OperationKey, Period
+from digest_pipeline.domain.periods import (
+    DEFAULT_INSTANCE,
+    OperationKey,
+    Period,
+    validate_instance_name,
+)
 from digest_pipeline.ports.feedback import FeedbackStore
 
 
@@ -51,7 +56,9 @@ class ArchivedRow:
 class FakeLedgerBase:
     """The records every role mixin reads and writes, and the helpers they share."""
 
-    def __init__(self) -> None:
+    def __init__(self, instance: str = DEFAULT_INSTANCE) -> None:
+        #: the digest instance whose keys this ledger makes (the SQL ledger's `instance`)
+        self._instance = validate_instance_name(instance)
         self._lock = threading.Lock()
         self._snapshots: dict[Period, SnapshotInfo] = {}
         self._entries: dict[Period, dict[str, SnapshotEntry]] = {}
@@ -76,6 +83,13 @@ class FakeLedgerBase:
         #: from any thread (the lock above), so the runtime's overlapped paths (a ledger thread,
         #: cleanup pages in flight) run over it
         self.out_of_process = True
+
+    @property
+    def instance(self) -> str:
+        return self._instance
+
+    def _key_locked(self, period: Period, customer_id: str) -> OperationKey:
+        return OperationKey(period, customer_id, self._instance)
 
     def _require_locked(self, key: OperationKey) -> WorkItem:
         item = self._items.get(key)

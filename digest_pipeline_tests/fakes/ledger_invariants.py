@@ -88,7 +88,7 @@ class FakeInvariants(FakeLedgerBase):
         info = self._snapshots.get(period)
         if info is not None and info.enqueued_at is not None:
             for e in self._entries.get(period, {}).values():
-                key = OperationKey(period, e.customer_id)
+                key = self._key_locked(period, e.customer_id)
                 if key not in self._items:
                     offending.add(str(key))
         for i in self._items.values():

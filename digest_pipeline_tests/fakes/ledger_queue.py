@@ -36,7 +36,7 @@ class FakeWorkQueue(FakeLedgerBase, WorkQueue):
             if info is None:
                 raise SnapshotMissing(f"period {period} has no frozen eligibility snapshot")
             keys = [
-                OperationKey(period, e.customer_id) for e in self._sorted_entries_locked(period)
+                self._key_locked(period, e.customer_id) for e in self._sorted_entries_locked(period)
             ]
             missing = [k for k in keys if k not in self._items]
             for k in missing:

@@ -32,7 +32,12 @@ class FakeReadModel(FakeLedgerBase, ReadModel, AuditTrail):
             kind: {e.operation_key for e in events if e.type is kind and e.operation_key}
             for kind in (EventType.HARD_BOUNCE, EventType.COMPLAINT)
         }
-        mine = {kind: {k for k in found if k.period == period} for kind, found in keys.items()}
+        # this instance's keys only, as the SQL ledger counts them: an endpoint also records
+        # other instances' events (unmatched)
+        mine = {
+            kind: {k for k in found if k.period == period and k.instance == self._instance}
+            for kind, found in keys.items()
+        }
         return FeedbackCounts(
             unsubscribes, len(mine[EventType.HARD_BOUNCE]), len(mine[EventType.COMPLAINT])
         )

@@ -31,7 +31,8 @@ from digest_pipeline.rigs.bootstrap import PROJECT_ROOT
 from digest_pipeline.rigs.servers.webserver import ASSETS, JOB, PARTITION, seed_week
 from digest_pipeline.settings import InvalidSetting
 from digest_pipeline_tests.conftest import require_url
-from digest_pipeline_tests.dagster.harness import metadata, project
+from digest_pipeline_tests.dagster.graph import project
+from digest_pipeline_tests.dagster.harness import metadata
 from digest_pipeline_tests.weekly_job import materialize_week
 
 pytestmark = pytest.mark.integration

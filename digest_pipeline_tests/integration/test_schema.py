@@ -56,10 +56,10 @@ def test_migrated_schema_matches_the_declared_tables(sql_ledger):
 
 def test_schema_version_is_recorded_at_head_and_migrating_again_is_a_no_op(sql_ledger):
     engine = sql_ledger.engine
-    assert schema_revision(engine) == head_revision() == "0011"
+    assert schema_revision(engine) == head_revision() == "0012"
     before = sorted(inspect(engine).get_table_names())
     migrate(engine)
-    assert schema_revision(engine) == "0011"
+    assert schema_revision(engine) == "0012"
     assert sorted(inspect(engine).get_table_names()) == before
     assert {t.name for t in metadata.sorted_tables} <= set(before)
 

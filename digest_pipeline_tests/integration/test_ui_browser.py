@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from digest_pipeline.defs.guards import REFUSED_TAG
+from digest_pipeline.component.guards import REFUSED_TAG
 from digest_pipeline.domain.periods import Period
 from digest_pipeline.domain.states import DeliveryState
 from digest_pipeline.instance import prepare_home

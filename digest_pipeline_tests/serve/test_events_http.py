@@ -15,12 +15,14 @@ import pytest
 from digest_pipeline.adapters.mail.http import HttpProviderMailer
 from digest_pipeline.adapters.sql.ledger import SqlLedger
 from digest_pipeline.domain.feedback import EventOutcome, EventType, SuppressionReason
+from digest_pipeline.domain.periods import OperationKey
 from digest_pipeline.domain.states import DeliveryState
 from digest_pipeline.rigs.servers.provider_actions import store_then_drop
 from digest_pipeline.rigs.servers.provider_server import ProviderServer
 from digest_pipeline.rigs.servers.resend_events import webhook_payload
 from digest_pipeline.settings import ProviderSettings
 from digest_pipeline_tests.builders import (
+    customer_id,
     deliver_all,
     failed_invariants,
     key_of,
@@ -105,6 +107,21 @@ def test_an_event_about_no_digest_is_recorded_unmatched(site):
     response = site.post_event(stray, "msg_0301")
     assert response.json() == {"outcome": "unmatched"}
     assert site.store.suppressions() == []
+
+
+def test_an_event_of_another_digest_instance_is_recorded_unmatched(site):
+    # an instance on the same provider account tags its digests `vip_digest_…`; its events
+    # reach this endpoint too, and are about another ledger's items
+    theirs = OperationKey(W42, customer_id(4), "vip_digest")
+    before = site.ledger.get(key_of(4))
+    delivered_there = webhook_payload("email.delivered", key=theirs)
+    complaint_there = webhook_payload("email.complained", key=theirs)
+
+    assert site.post_event(delivered_there, "msg_0401").json() == {"outcome": "unmatched"}
+    assert site.post_event(complaint_there, "msg_0402").json() == {"outcome": "unmatched"}
+    assert site.ledger.get(key_of(4)) == before
+    assert site.store.suppressions() == []
+    assert {e.operation_key for e in site.store.provider_events()} == {theirs}
 
 
 def test_the_response_carries_no_customer_data(site):

@@ -17,6 +17,7 @@ from digest_pipeline.domain.feedback import (
     Suppression,
     SuppressionReason,
 )
+from digest_pipeline.domain.periods import OperationKey
 from digest_pipeline.domain.reconciliation import Evidence
 from digest_pipeline.domain.states import DeliveryState
 from digest_pipeline.domain.unsubscribe import unsubscribe_token
@@ -31,6 +32,7 @@ from digest_pipeline.services.feedback import (
     unsubscribe,
 )
 from digest_pipeline_tests.builders import (
+    customer_id,
     deliver_all,
     failed_invariants,
     frozen_ledger,
@@ -190,6 +192,20 @@ class TestProviderEvents:
         assert world.store.suppressions() == []
         (stored,) = world.store.provider_events()
         assert stored.outcome is EventOutcome.UNMATCHED
+
+    def test_an_event_of_another_instances_key_is_not_ours(self, world):
+        # another digest instance on the same provider account: its events reach us too
+        theirs = OperationKey(W42, customer_id(4), "vip_digest")
+        before = world.ledger.get(key_of(4))
+        for event_id, event_type in (
+            ("msg_41", EventType.DELIVERED),
+            ("msg_42", EventType.COMPLAINT),
+        ):
+            event = ProviderEvent("resend", event_id, event_type, None, theirs)
+            assert world.record(event) == (EventResult.APPLIED, EventOutcome.UNMATCHED)
+        assert world.ledger.get(key_of(4)) == before
+        assert world.store.suppressions() == []
+        assert {e.operation_key for e in world.store.provider_events()} == {theirs}
 
     def test_an_event_another_request_is_applying_is_left_to_the_providers_retry(self, world):
         event = world.event(4, EventType.DELIVERED, by_message_id=False)

@@ -8,6 +8,7 @@ import ast
 import inspect
 from pathlib import Path
 
+import dagster as dg
 import pytest
 
 from digest_pipeline import dagster_private as private
@@ -105,3 +106,8 @@ def test_the_termination_thread_the_run_worker_starts():
         "should_stop_event",
         "is_done_event",
     ]
+
+
+def test_the_type_an_asset_job_is_before_it_is_resolved():
+    # each instance's schedule and sensor are built over its job as `define_asset_job` returns it
+    assert isinstance(dg.define_asset_job("weekly"), private.UnresolvedAssetJobDefinition)

@@ -254,7 +254,9 @@ def test_operation_key_accepts_a_128_character_customer_id():
 
 
 REJECTED_KEYS = [
-    "order:2026-W42:customer-1842",  # wrong prefix
+    "vip-digest:2026-W42:customer-1842",  # an instance's name holds no '-'
+    "1digest:2026-W42:customer-1842",  # an instance's name starts with a letter
+    "a" * 23 + ":2026-W42:customer-1842",  # an instance's name is at most 22 characters
     "Digest:2026-W42:customer-1842",  # the prefix is lower-case
     "digest:2026-W42",  # customer id part missing
     "digest",  # period and customer id missing

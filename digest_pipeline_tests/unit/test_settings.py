@@ -15,6 +15,11 @@ def test_every_setting_has_a_working_embedded_default():
     assert (s.mailer, s.outbox_dir) == ("outbox", ROOT / ".digest" / "outbox")
     assert s.cleanup_mode is CleanupMode.ARCHIVE
     assert s.policy.retry.max_attempts >= 1
+    assert s.instance == "digest"
+
+
+def test_the_instance_is_the_one_digest_instance_names():
+    assert load_settings({"DIGEST_INSTANCE": " vip_digest "}, ROOT).instance == "vip_digest"
 
 
 @pytest.mark.parametrize(("mailer", "concurrency"), [("outbox", 256), ("smtp", 16), ("http", 16)])
@@ -70,6 +75,8 @@ def test_settings_are_read_from_the_digest_variables():
         ("DIGEST_SEND_RATE", "0"),  # no pace is an unset rate, not a zero one
         ("DIGEST_SEND_RATE", "inf"),
         ("DIGEST_SEND_RATE", "two"),
+        ("DIGEST_INSTANCE", "Bad-Name"),  # no Dagster asset key or job name takes it
+        ("DIGEST_INSTANCE", "vip:digest"),  # ':' separates an operation key's parts
     ],
 )
 def test_a_bad_value_is_a_one_line_error_naming_the_variable(name, value):

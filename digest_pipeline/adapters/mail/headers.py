@@ -48,8 +48,9 @@ def _list_headers(key: OperationKey, domain: str | None) -> tuple[tuple[str, str
         # sender controls, so no one else can claim the same id
         ("List-Id", f"{LIST_PHRASE} <{LIST_LABEL}.{domain}>"),
         # Gmail's `CampaignId:CustomerId:Other:SenderId`: the week is the campaign, so its
-        # complaint rate is reported per week; nothing in it names a recipient
-        ("Feedback-ID", f"{key.period}:digest:weekly:{domain}"),
+        # complaint rate is reported per week, and per digest instance; nothing in it names a
+        # recipient
+        ("Feedback-ID", f"{key.period}:{key.instance}:weekly:{domain}"),
     )
 
 

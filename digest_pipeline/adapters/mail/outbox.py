@@ -42,7 +42,7 @@ from digest_pipeline.domain.model import (
     MailerCapabilities,
     Message,
 )
-from digest_pipeline.domain.periods import KEY_PREFIX, OperationKey
+from digest_pipeline.domain.periods import OperationKey
 from digest_pipeline.ports import Mailer
 
 #: the outbox never forgets a key; a finite stand-in keeps date arithmetic safe
@@ -67,11 +67,13 @@ MAX_ID_BYTES = 64
 def file_name(key: OperationKey) -> str:
     """`digest_2026-W42_customer-1842.eml`, with `+c` for each upper-case `C` of the customer id.
 
-    Maildir names may not hold ':' (the info separator), hence the underscores. The period is
-    always spelled with an upper-case `W`, so only the customer id needs the escaping.
+    Maildir names may not hold ':' (the info separator), hence the underscores. The name starts
+    with the key's instance (`vip_digest_2026-W42_…`), so two instances sharing a Maildir never
+    share a file. An instance's name is lower-case and the period is always spelled with an
+    upper-case `W`, so only the customer id needs the escaping.
     """
     customer = _UPPER.sub(lambda m: "+" + m.group().lower(), key.customer_id)
-    return f"{KEY_PREFIX}_{key.period}_{customer}.eml"
+    return f"{key.instance}_{key.period}_{customer}.eml"
 
 
 def legacy_file_name(key: OperationKey) -> str:

@@ -17,7 +17,12 @@ from digest_pipeline.adapters.sql.schema import audit_log, period_runs, work_ite
 from digest_pipeline.domain.chunks import chunked
 from digest_pipeline.domain.errors import DigestError, LostRace, UnknownWorkItem
 from digest_pipeline.domain.model import AuditEntry, SnapshotInfo
-from digest_pipeline.domain.periods import OperationKey, Period
+from digest_pipeline.domain.periods import (
+    DEFAULT_INSTANCE,
+    OperationKey,
+    Period,
+    validate_instance_name,
+)
 
 logger = logging.getLogger(__name__)
 CHUNK = 5_000
@@ -70,10 +75,11 @@ def audit_row(e: AuditEntry) -> dict[str, Any]:
 
 
 class SqlBase:
-    """The engine and dialect every role of the SQL ledger works on."""
+    """The engine and dialect every role of the SQL ledger works on, and its digest instance."""
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, instance: str = DEFAULT_INSTANCE) -> None:
         self._engine = engine
+        self._instance = validate_instance_name(instance)
         self._pg = engine.dialect.name == "postgresql"
         #: `runtime.executor.WorksElsewhere`: PostgreSQL works in its server, SQLite on this process's CPU
         self.out_of_process = self._pg
@@ -84,6 +90,14 @@ class SqlBase:
     @property
     def engine(self) -> Engine:
         return self._engine
+
+    @property
+    def instance(self) -> str:
+        return self._instance
+
+    def _key_prefix(self, period: Period) -> str:
+        """`<instance>:<period>:`, what every key of `period` this ledger makes starts with."""
+        return f"{self._instance}:{period}:"
 
     def _pages(
         self, q: Select[Any], key: ColumnElement[str], convert: Callable[[Any], T], page: int

@@ -23,7 +23,7 @@ from digest_pipeline.domain.chunks import chunked
 from digest_pipeline.domain.model import (
     DigestRow,
 )
-from digest_pipeline.domain.periods import KEY_PREFIX, OperationKey, Period
+from digest_pipeline.domain.periods import OperationKey, Period
 from digest_pipeline.domain.regeneration import REGENERABLE, RowReplacement
 from digest_pipeline.domain.states import DELIVERED, DeliveryState
 from digest_pipeline.ports import ContentStore
@@ -93,7 +93,7 @@ class SqlContent(SqlBase, ContentStore):
         p = str(period)
         # the anti-joins run in the database: no key list goes out and none comes back
         has_rows = exists().where(
-            dr.c.operation_key == literal(f"{KEY_PREFIX}:{p}:") + es.c.customer_id
+            dr.c.operation_key == literal(self._key_prefix(period)) + es.c.customer_id
         )
         delivered = exists().where(
             wi.c.period == es.c.period,

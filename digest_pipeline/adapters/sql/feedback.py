@@ -27,7 +27,7 @@ from digest_pipeline.domain.feedback import (
     EventRecord,
     EventType,
 )
-from digest_pipeline.domain.periods import OperationKey
+from digest_pipeline.domain.periods import DEFAULT_INSTANCE, OperationKey
 from digest_pipeline.ports import FeedbackStore
 
 pe = provider_events
@@ -61,10 +61,10 @@ def _event_row(r: EventRecord) -> dict[str, Any]:
 class SqlFeedbackStore(FeedbackStore):
     """Provider events over an SQLAlchemy engine (schema from `migrate`), and the ledger's list."""
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, instance: str = DEFAULT_INSTANCE) -> None:
         self._engine = engine
         self._dialect: Any = postgresql if engine.dialect.name == "postgresql" else sqlite
-        self._ledger = SqlLedger(engine)
+        self._ledger = SqlLedger(engine, instance)
 
     @property
     def engine(self) -> Engine:

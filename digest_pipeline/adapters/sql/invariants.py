@@ -17,6 +17,7 @@ from sqlalchemy import (
     case,
     exists,
     func,
+    literal,
     literal_column,
     not_,
     or_,
@@ -38,7 +39,7 @@ from digest_pipeline.domain.model import (
     fingerprint_share,
     format_fingerprint,
 )
-from digest_pipeline.domain.periods import Period
+from digest_pipeline.domain.periods import DEFAULT_INSTANCE, Period
 from digest_pipeline.domain.possible_sends import (
     NOT_DELIVERED_REASONS,
     REPLAY_ACTIONS,
@@ -128,7 +129,9 @@ def _no_silent_timeout(p: str, pg: bool) -> Select[Any]:
     )
 
 
-def _every_customer_has_visible_state(p: str, now: datetime, enqueued: bool) -> Select[Any]:
+def _every_customer_has_visible_state(
+    p: str, now: datetime, enqueued: bool, instance: str
+) -> Select[Any]:
     stuck = select(wi.c.operation_key).where(
         wi.c.period == p,
         or_(
@@ -140,7 +143,7 @@ def _every_customer_has_visible_state(p: str, now: datetime, enqueued: bool) -> 
         return stuck
     es = eligibility_snapshot
     missing = (
-        select(("digest:" + es.c.period + ":" + es.c.customer_id).label("operation_key"))
+        select((literal(f"{instance}:{p}:") + es.c.customer_id).label("operation_key"))
         .outerjoin(wi, and_(wi.c.period == es.c.period, wi.c.customer_id == es.c.customer_id))
         .where(es.c.period == p, wi.c.operation_key.is_(None))
     )
@@ -291,10 +294,12 @@ def evaluate_invariants(
     now: datetime,
     names: Collection[str] | None = None,
     seals: dict[str, Seal] | None = None,
+    instance: str = DEFAULT_INSTANCE,
 ) -> list[InvariantResult]:
     """Design §4's invariants, in `INVARIANTS` order, for one period (or only `names`).
 
-    `seals` is the ledger's record of PostgreSQL snapshots it fingerprinted whole (`Seal`).
+    `seals` is the ledger's record of PostgreSQL snapshots it fingerprinted whole (`Seal`);
+    `instance` names the keys of frozen customers that have no work item.
     """
     p = str(period)
     pg = conn.dialect.name == "postgresql"
@@ -312,7 +317,7 @@ def evaluate_invariants(
         "every_customer_has_visible_state": lambda: _result(
             conn,
             "every_customer_has_visible_state",
-            _every_customer_has_visible_state(p, now, enqueued()),
+            _every_customer_has_visible_state(p, now, enqueued(), instance),
         ),
         "no_duplicate_send": lambda: _result(conn, "no_duplicate_send", _no_duplicate_send(p, pg)),
         "snapshot_unchanged": lambda: _snapshot_unchanged(conn, period, seals),

@@ -19,7 +19,7 @@ from digest_pipeline.adapters.sql.starts import SqlAttemptStarts
 from digest_pipeline.domain.errors import DigestError, SnapshotMissing
 from digest_pipeline.domain.failures import SendOutcome
 from digest_pipeline.domain.model import AttemptTicket, Claim, EnqueueReceipt, Transition
-from digest_pipeline.domain.periods import KEY_PREFIX, Period
+from digest_pipeline.domain.periods import Period
 from digest_pipeline.domain.states import DeliveryState, check_transition
 from digest_pipeline.ports import WorkQueue
 
@@ -34,7 +34,7 @@ class SqlWorkQueue(SqlLeaseRecovery, SqlAttemptStarts, WorkQueue):
             if info is None:
                 raise SnapshotMissing(f"period {period} has no frozen eligibility snapshot")
             source = select(
-                literal(f"{KEY_PREFIX}:{p}:") + es.c.customer_id,
+                literal(self._key_prefix(period)) + es.c.customer_id,
                 es.c.period,
                 es.c.customer_id,
                 literal(DeliveryState.PENDING.value),

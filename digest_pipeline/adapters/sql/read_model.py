@@ -42,7 +42,7 @@ from digest_pipeline.domain.model import (
     ItemTimes,
     WorkItem,
 )
-from digest_pipeline.domain.periods import KEY_PREFIX, OperationKey, Period
+from digest_pipeline.domain.periods import OperationKey, Period
 from digest_pipeline.domain.states import TERMINAL, DeliveryState
 from digest_pipeline.domain.timing import WAITING, ItemTimeSummary
 from digest_pipeline.ports import (
@@ -247,11 +247,12 @@ class SqlReadModel(SqlBase, ReadModel, AuditTrail):
                 sp.c.created_at < end,
             )
         )
-        # the key's prefix holds no LIKE wildcard ('%', '_'): `digest:2026-W42:`
+        # this instance's keys only (an endpoint also records other instances' events, unmatched);
+        # escaped, as an instance's name may hold LIKE's wildcard `_`
         events = (
             select(pe.c.type, func.count(distinct(pe.c.operation_key)))
             .where(
-                pe.c.operation_key.like(f"{KEY_PREFIX}:{period}:%"),
+                pe.c.operation_key.startswith(self._key_prefix(period), autoescape=True),
                 pe.c.type.in_([EventType.HARD_BOUNCE.value, EventType.COMPLAINT.value]),
             )
             .group_by(pe.c.type)
@@ -280,4 +281,4 @@ class SqlReadModel(SqlBase, ReadModel, AuditTrail):
         # disk to find double sends, and scanned the cleanups once for each of them
         self._refresh_statistics([attempts, cleanups])
         with self._engine.connect() as conn:
-            return evaluate_invariants(conn, period, now, names, self._seals)
+            return evaluate_invariants(conn, period, now, names, self._seals, self._instance)

@@ -22,10 +22,22 @@ def failure_class(value: str | None) -> FailureClass | None:
     return FailureClass(value) if value is not None else None
 
 
+def stored_key(r: Row) -> OperationKey:
+    """The operation key a `work_items` row stores, from its period and customer columns.
+
+    Its instance is what its key's text holds before them (`enqueue` writes the text so), not
+    the reading ledger's: a key read back is the one stored, and the guarded updates that name
+    it match its row. Sliced, not parsed: millions of rows a week are read back.
+    """
+    period, customer_id = r["period"], r["customer_id"]
+    instance = r["operation_key"][: -len(period) - len(customer_id) - 2]
+    return OperationKey(Period.parse(period), customer_id, instance)
+
+
 def work_item(r: Row) -> WorkItem:
     """A `work_items` row as a WorkItem."""
     return WorkItem(
-        key=OperationKey(Period.parse(r["period"]), r["customer_id"]),
+        key=stored_key(r),
         state=DeliveryState(r["state"]),
         created_at=r["created_at"],
         next_attempt_at=r["next_attempt_at"],
@@ -62,7 +74,7 @@ def item_times(r: Row) -> ItemTimes:
 def item_lease(r: Row) -> ItemLease:
     """The key, state and token of a `work_items` row (`ReadModel.iter_item_leases`)."""
     return ItemLease(
-        OperationKey(Period.parse(r["period"]), r["customer_id"]),
+        stored_key(r),
         DeliveryState(r["state"]),
         r["lease_token"],
     )

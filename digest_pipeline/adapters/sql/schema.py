@@ -264,6 +264,9 @@ ledger_identity = Table(
     Column("singleton", Integer, primary_key=True, autoincrement=False),
     Column("ledger_id", String(36), nullable=False),
     Column("created_at", UtcDateTime, nullable=False),
+    #: the digest instance whose keys the ledger holds (`identity.claim_instance`); NULL on a
+    #: ledger made before instances, which is `digest`'s once it holds work
+    Column("instance", String(32), nullable=True),
     CheckConstraint("singleton = 1", name="singleton"),
 )
 

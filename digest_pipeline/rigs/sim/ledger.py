@@ -182,6 +182,10 @@ class ObservedLedger(Ledger):
     def secret_fingerprints(self) -> SecretFingerprints:
         return self.inner.secret_fingerprints
 
+    @property
+    def instance(self) -> str:
+        return self.inner.instance
+
     def suppressed_ids(self) -> frozenset[str]:
         return self.inner.suppressed_ids()
 

@@ -1,26 +1,16 @@
-"""The shop's code location: its own assets and the digest's, in one set of definitions.
+"""The shop's code location: everything under `own_shop/defs/`, autoloaded.
 
-The shop's tables are written by its own pipeline (`make_shop.py` here; dbt or an export in a
-real shop), so they are external assets: the digest's snapshot and content depend on them
-through `asset:` in shop.yaml, and the asset graph shows the shop's data flowing into the digest.
+Its own assets (`defs/shop_tables.py`), and two instances of the digest component, each a
+`defs.yaml`: the weekly digest for every customer (`defs/weekly_digest/`) and a second one,
+`vip_digest`, with its own ledger, outbox and look (`defs/vip_digest/`).
 """
 
+from pathlib import Path
+
 import dagster as dg
-
-from digest_pipeline import definitions as digest
-
-SHOP_TABLES = [
-    dg.AssetSpec(
-        ["shop", name],
-        description=f"The shop's `{name}` table, written by its own pipeline.",
-        group_name="shop",
-    )
-    for name in ("users", "catalog_items", "purchases")
-]
 
 
 @dg.definitions
 def defs() -> dg.Definitions:
-    """The shop's tables and the weekly digest."""
-    # the digest module, not its `defs`: Dagster allows one @definitions function per module
-    return dg.Definitions.merge(dg.Definitions(assets=SHOP_TABLES), digest.defs())
+    """The shop's tables and both digests."""
+    return dg.load_from_defs_folder(path_within_project=Path(__file__).parent)

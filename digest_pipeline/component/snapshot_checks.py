@@ -9,8 +9,8 @@ the week is unaffected, but someone should fix the source rows.
 
 import dagster as dg
 
-from digest_pipeline.defs.check_step import CheckInputs, check
-from digest_pipeline.defs.report import check_result
+from digest_pipeline.component.check_step import CheckInputs, check
+from digest_pipeline.component.report import check_result
 from digest_pipeline.domain.model import MAX_ADDRESS_LENGTH
 from digest_pipeline.services.snapshot import count_exclusions
 

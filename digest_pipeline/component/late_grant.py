@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import dagster as dg
 
-from digest_pipeline.defs.resources import DeliverySettings
+from digest_pipeline.component.resources import DeliverySettings
 from digest_pipeline.domain.periods import Period
 from digest_pipeline.operators import MAX_OPERATOR, MAX_REASON, operator_grants
 from digest_pipeline.ports import Clock, Ledger

@@ -8,8 +8,8 @@ cleanup of that run waits too; the next run or sweep picks the items up.
 
 import dagster as dg
 
-from digest_pipeline.defs.check_step import CheckInputs, check
-from digest_pipeline.defs.report import check_result
+from digest_pipeline.component.check_step import CheckInputs, check
+from digest_pipeline.component.report import check_result
 from digest_pipeline.domain.states import DeliveryState
 
 

@@ -12,17 +12,19 @@ variable they do set. Bind secrets (`smtp_password`, `provider_api_key`) only th
 """
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import dagster as dg
-from pydantic import PrivateAttr
+from pydantic import Field, PrivateAttr
 from sqlalchemy import Engine
 
 from digest_pipeline import wiring
 from digest_pipeline.adapters.clock import SystemClock
-from digest_pipeline.defs.run_ledger import REFUSED, open_run_ledger
+from digest_pipeline.component.layered_env import instance_env
+from digest_pipeline.component.run_ledger import REFUSED, open_run_ledger
 from digest_pipeline.domain.breaker import DEFAULT_THRESHOLD
 from digest_pipeline.domain.catalogue import PicksRule, popular_in_your_categories
 from digest_pipeline.domain.model import CleanupMode
@@ -34,30 +36,50 @@ from digest_pipeline.source_settings import InvalidSource
 from digest_pipeline.wiring import build_composer, build_mailer
 
 
-def _load(**overrides: object) -> Settings:
-    """The settings, with every non-None override standing in for its `DIGEST_*` variable."""
-    env = dict(os.environ)
+def _load(instance: Mapping[str, str], **overrides: object) -> Settings:
+    """The settings of an instance: the environment, its own values, then every non-None override.
+
+    `instance` holds the instance's `DIGEST_*` values (its YAML); an override stands in for
+    its `DIGEST_*` variable.
+    """
+    env = instance_env(instance)
     env.update({f"DIGEST_{k.upper()}": str(v) for k, v in overrides.items() if v is not None})
     return load_settings(env, Path.cwd())
 
 
-def open_ledger_engine(context: dg.InitResourceContext, database_url: str | None) -> Engine:
+def open_ledger_engine(
+    context: dg.InitResourceContext, instance: Mapping[str, str], database_url: str | None
+) -> Engine:
     """The run's ledger database, migrated; refuses (fails closed) when it is not the run's."""
-    url = _load(database_url=database_url).database_url
-    implicit = database_url is None and not os.environ.get("DIGEST_DATABASE_URL")
+    url = _load(instance, database_url=database_url).database_url
+    implicit = database_url is None and not instance_env(instance).get("DIGEST_DATABASE_URL")
     return open_run_ledger(
         context, url, implicit, wiring.migrated_engine, SystemClock().now(), os.environ
     )
 
 
-class _EngineResource(dg.ConfigurableResource[Any]):
+class _InstanceResource(dg.ConfigurableResource[Any]):
+    """A resource of one digest instance: `instance_settings` are that instance's own values."""
+
+    #: the instance's `DIGEST_*` values, laid over the environment (its YAML; never a secret)
+    instance_settings: dict[str, str] = Field(default_factory=dict)
+
+    def _settings(self, **overrides: object) -> Settings:
+        return _load(self.instance_settings, **overrides)
+
+    def _fields(self, exclude: set[str] | None = None) -> dict[str, Any]:
+        """This resource's own setting fields (`instance_settings` aside), by name."""
+        return self.model_dump(exclude={"instance_settings", *(exclude or ())})
+
+
+class _EngineResource(_InstanceResource):
     """Opens (and migrates) the ledger database for one run; disposes of it afterwards."""
 
     database_url: str | None = None
     _engine: Engine | None = PrivateAttr(default=None)
 
     def _open(self, context: dg.InitResourceContext) -> Engine:
-        self._engine = open_ledger_engine(context, self.database_url)
+        self._engine = open_ledger_engine(context, self.instance_settings, self.database_url)
         return self._engine
 
     def teardown_after_execution(self, context: dg.InitResourceContext) -> None:
@@ -69,25 +91,27 @@ class LedgerResource(_EngineResource):
     """The SQL ledger on `DIGEST_DATABASE_URL` (an SQLite file under `.digest/` by default)."""
 
     def create_resource(self, context: dg.InitResourceContext) -> Ledger:
-        return wiring.ledger_on(self._open(context))
+        engine = self._open(context)
+        instance = self._settings(database_url=self.database_url).instance
+        return wiring.ledger_on(engine, instance=instance, now=SystemClock().now())
 
 
 class CustomerSourceResource(_EngineResource):
     """The shop's customers, catalogue and orders: the demo tables, or `DIGEST_SOURCE_*`'s."""
 
     def create_resource(self, context: dg.InitResourceContext) -> CustomerSource:
-        settings, engine = _load(database_url=self.database_url), self._open(context)
+        settings, engine = self._settings(database_url=self.database_url), self._open(context)
         try:
             return wiring.build_customer_source(settings, engine)
         except InvalidSource as exc:
             # a resource's error reaches `digest run` without its cause; the run's event log
-            # keeps the refusal's own line, as for the ledger's (defs/run_ledger.py)
+            # keeps the refusal's own line, as for the ledger's (component/run_ledger.py)
             if context.log is not None:
                 context.log.error(f"{REFUSED}{exc}")
             raise
 
 
-class MailerResource(dg.ConfigurableResource[Mailer]):
+class MailerResource(_InstanceResource):
     """The mailer `DIGEST_MAILER` names: `outbox` (default), `smtp` or `http`."""
 
     mailer: str | None = None
@@ -106,7 +130,7 @@ class MailerResource(dg.ConfigurableResource[Mailer]):
     _mailer: Mailer | None = PrivateAttr(default=None)
 
     def create_resource(self, context: dg.InitResourceContext) -> Mailer:
-        self._mailer = build_mailer(_load(**self.model_dump()))
+        self._mailer = build_mailer(self._settings(**self._fields()))
         return self._mailer
 
     def teardown_after_execution(self, context: dg.InitResourceContext) -> None:
@@ -115,7 +139,7 @@ class MailerResource(dg.ConfigurableResource[Mailer]):
             self._mailer.close()
 
 
-class ComposerResource(dg.ConfigurableResource[Composer]):
+class ComposerResource(_InstanceResource):
     """The Jinja2 digest composer with the configured sender, unsubscribe link and address."""
 
     from_address: str | None = None
@@ -125,7 +149,7 @@ class ComposerResource(dg.ConfigurableResource[Composer]):
     message_id_domain: str | None = None
 
     def create_resource(self, context: dg.InitResourceContext) -> Composer:
-        return build_composer(_load(**self.model_dump()), SystemClock())
+        return build_composer(self._settings(**self._fields()), SystemClock())
 
 
 @dataclass(frozen=True)
@@ -166,7 +190,7 @@ class DeliverySettings:
         return self.batch_size * self.delivery_processes
 
 
-class DeliveryResource(dg.ConfigurableResource["DeliveryResource"]):
+class DeliveryResource(_InstanceResource):
     """Retry bounds, lease, window, batch, concurrency and cleanup mode, plus warning thresholds.
 
     The thresholds of `stale_items` and `dead_letter_volume` have no `DIGEST_*` variable; they
@@ -191,8 +215,8 @@ class DeliveryResource(dg.ConfigurableResource["DeliveryResource"]):
 
     def settings(self) -> DeliverySettings:
         """Reads the `DIGEST_*` delivery settings now; a bad value raises InvalidSetting."""
-        fields = self.model_dump(exclude={"stale_after_seconds", "dead_letter_rate_threshold"})
-        s = _load(**fields)
+        fields = self._fields(exclude={"stale_after_seconds", "dead_letter_rate_threshold"})
+        s = self._settings(**fields)
         if not self.stale_after_seconds > 0:
             raise InvalidSetting("stale_after_seconds must be a positive number of seconds")
         if not 0 <= self.dead_letter_rate_threshold <= 1:
@@ -210,20 +234,3 @@ class DeliveryResource(dg.ConfigurableResource["DeliveryResource"]):
             s.operators,
             s.shop.picks_rule,
         )
-
-
-@dg.definitions
-def resources() -> dg.Definitions:
-    """Binds every resource key the assets, checks and sensor ask for."""
-    return dg.Definitions(
-        resources={
-            "ledger": LedgerResource(),
-            "customer_source": CustomerSourceResource(),
-            "mailer": MailerResource(),
-            "composer": ComposerResource(),
-            # A plain value: it has nothing to configure, and a field-less ConfigurableResource
-            # trips a pydantic deprecation inside Dagster (`__fields__` fallback).
-            "clock": SystemClock(),
-            "delivery": DeliveryResource(),
-        }
-    )

@@ -8,8 +8,8 @@ a re-run after the fix shows it passing.
 
 import dagster as dg
 
-from digest_pipeline.defs.check_step import CheckInputs, check
-from digest_pipeline.defs.report import SAMPLE, check_result
+from digest_pipeline.component.check_step import CheckInputs, check
+from digest_pipeline.component.report import SAMPLE, check_result
 from digest_pipeline.domain.catalogue import screen_catalogue
 
 

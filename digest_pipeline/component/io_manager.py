@@ -1,4 +1,4 @@
-"""The code location's I/O manager: step outputs live in the run's ledger, not on a disk.
+"""An instance's I/O manager: step outputs live in the run's ledger, not on a disk.
 
 Dagster's default I/O manager pickles every output into the launching instance's storage folder,
 which a step on a Celery worker or a Kubernetes pod (another machine, its own disk) cannot read.
@@ -8,16 +8,17 @@ the same fail-closed check as the ledger itself. Rows older than `RETENTION` are
 run writes; until then, "re-execute from failure" reads its parent run's outputs.
 """
 
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
 import dagster as dg
-from pydantic import PrivateAttr
+from pydantic import Field, PrivateAttr
 from sqlalchemy import Engine
 
 from digest_pipeline.adapters.clock import SystemClock
 from digest_pipeline.adapters.sql.step_outputs import OutputAddress, SqlStepOutputs
-from digest_pipeline.defs.resources import open_ledger_engine
+from digest_pipeline.component.resources import open_ledger_engine
 
 #: how long a run's outputs stay readable by its re-executions
 RETENTION = timedelta(days=14)
@@ -29,39 +30,51 @@ def _address(context: dg.OutputContext) -> OutputAddress:
 
 
 class _LedgerOutputs(dg.IOManager):
-    def __init__(self, store: SqlStepOutputs) -> None:
-        self._store = store
+    """Opens the ledger at the first output it keeps or input it loads.
+
+    A step of another instance in the same code location may require this key for outputs that
+    hold nothing (an asset check's): such a step never opens, nor records on its run, this
+    instance's ledger.
+    """
+
+    def __init__(self, open_store: Callable[[], SqlStepOutputs]) -> None:
+        self._open_store = open_store
+        self._store: SqlStepOutputs | None = None
         self._pruned = False
 
+    def _opened(self) -> SqlStepOutputs:
+        if self._store is None:
+            self._store = self._open_store()
+        return self._store
+
     def handle_output(self, context: dg.OutputContext, obj: Any) -> None:
-        now = SystemClock().now()
+        store, now = self._opened(), SystemClock().now()
         if not self._pruned:
-            self._store.prune(now - RETENTION)
+            store.prune(now - RETENTION)
             self._pruned = True
-        self._store.put(_address(context), obj, now)
+        store.put(_address(context), obj, now)
 
     def load_input(self, context: dg.InputContext) -> Any:
         upstream = context.upstream_output
         assert upstream is not None, "every input of this graph comes from a step output"
-        return self._store.get(_address(upstream))
+        return self._opened().get(_address(upstream))
 
 
 class LedgerIOManager(dg.ConfigurableIOManagerFactory[dg.IOManager]):
-    """Keeps step outputs in the ledger database (`DIGEST_DATABASE_URL`), as JSON."""
+    """Keeps step outputs in the instance's ledger database (`DIGEST_DATABASE_URL`), as JSON."""
 
+    #: the instance's `DIGEST_*` values, laid over the environment
+    instance_settings: dict[str, str] = Field(default_factory=dict)
     database_url: str | None = None
     _engine: Engine | None = PrivateAttr(default=None)
 
     def create_io_manager(self, context: dg.InitResourceContext) -> dg.IOManager:
-        self._engine = open_ledger_engine(context, self.database_url)
-        return _LedgerOutputs(SqlStepOutputs(self._engine))
+        def open_store() -> SqlStepOutputs:
+            self._engine = open_ledger_engine(context, self.instance_settings, self.database_url)
+            return SqlStepOutputs(self._engine)
+
+        return _LedgerOutputs(open_store)
 
     def teardown_after_execution(self, context: dg.InitResourceContext) -> None:
         if self._engine is not None:
             self._engine.dispose()
-
-
-@dg.definitions
-def io_manager() -> dg.Definitions:
-    """Binds `io_manager`, the key every op and asset output uses unless it names another."""
-    return dg.Definitions(resources={"io_manager": LedgerIOManager()})

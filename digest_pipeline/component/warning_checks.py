@@ -9,8 +9,8 @@ from datetime import timedelta
 
 import dagster as dg
 
-from digest_pipeline.defs.check_step import CheckInputs, check
-from digest_pipeline.defs.report import DELIVERED, check_result
+from digest_pipeline.component.check_step import CheckInputs, check
+from digest_pipeline.component.report import DELIVERED, check_result
 from digest_pipeline.domain.feedback import COMPLAINT_RATE_LIMIT
 from digest_pipeline.domain.states import CLAIMABLE, DeliveryState
 from digest_pipeline.services.metrics import percent_of, seconds

@@ -8,17 +8,16 @@ UI shows each check by its own name, severity and blocking flag, a failing block
 its asset's downstream, and a check executed alone from the UI runs alone.
 """
 
-import functools
 import inspect
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import dagster as dg
 
-from digest_pipeline.defs.partitions import weekly_partitions
-from digest_pipeline.defs.report import PARTITIONS_NOTE
-from digest_pipeline.defs.resources import DeliveryResource
+from digest_pipeline.component.naming import Names, Resources
+from digest_pipeline.component.report import PARTITIONS_NOTE
+from digest_pipeline.component.resources import DeliveryResource
+from digest_pipeline.component.spec import DigestSpec
 from digest_pipeline.domain.periods import Period
 from digest_pipeline.ports import Clock, CustomerSource, Ledger
 
@@ -28,22 +27,19 @@ class CheckInputs:
     """What a check reads: the week, and the run's resources (only those its step requires)."""
 
     period: Period
-    resources: Any
+    resources: Resources
 
     @property
     def ledger(self) -> Ledger:
-        ledger: Ledger = self.resources.ledger
-        return ledger
+        return self.resources.ledger
 
     @property
     def clock(self) -> Clock:
-        clock: Clock = self.resources.clock
-        return clock
+        return self.resources.clock
 
     @property
     def customer_source(self) -> CustomerSource:
-        source: CustomerSource = self.resources.customer_source
-        return source
+        return self.resources.customer_source
 
     @property
     def delivery(self) -> DeliveryResource:
@@ -63,14 +59,14 @@ class Check:
     needs: frozenset[str]
     blocking: bool = False
 
-    @property
-    def spec(self) -> dg.AssetCheckSpec:
+    def spec(self, digest: DigestSpec) -> dg.AssetCheckSpec:
+        """The check as `digest`'s instance defines it, on its asset and partitions."""
         return dg.AssetCheckSpec(
             self.name,
-            asset=self.asset,
+            asset=digest.names.asset(self.asset),
             description=f"{self.description}\n\n{PARTITIONS_NOTE}",
             blocking=self.blocking,
-            partitions_def=weekly_partitions,
+            partitions_def=digest.partitions,
         )
 
 
@@ -94,85 +90,96 @@ def _ordered(asset: str, checks: Sequence[Check]) -> list[Check]:
 
 
 def _evaluate(
-    context: dg.AssetExecutionContext | dg.AssetCheckExecutionContext, ordered: Sequence[Check]
+    context: dg.AssetExecutionContext | dg.AssetCheckExecutionContext,
+    names: Names,
+    ordered: Sequence[Check],
 ) -> Iterator[dg.AssetCheckResult]:
     """The results of the selected checks among `ordered`, every one of them.
 
     Every selected check is evaluated before Dagster fails the step for a failed blocking one,
     so a red invariant never hides the warnings beside it.
     """
-    inputs = CheckInputs(Period.parse(context.partition_key), context.resources)
+    inputs = CheckInputs(Period.parse(context.partition_key), names.resources(context.resources))
     selected = context.selected_asset_check_keys
     for c in ordered:
-        key = dg.AssetCheckKey(dg.AssetKey(c.asset), c.name)
+        key = dg.AssetCheckKey(names.asset(c.asset), c.name)
         if key in selected:
             yield c.evaluate(inputs)._replace(asset_key=key.asset_key, check_name=c.name)
 
 
-def check_step(asset: str, checks: Sequence[Check]) -> dg.AssetChecksDefinition:
+def check_step(digest: DigestSpec, asset: str, checks: Sequence[Check]) -> dg.AssetChecksDefinition:
     """The one step that evaluates `checks` (all of `asset`), blocking ones first."""
-    ordered = _ordered(asset, checks)
+    ordered, names = _ordered(asset, checks), digest.names
 
     @dg.multi_asset_check(
-        name=f"{asset}_checks",
-        specs=[c.spec for c in ordered],
+        name=names.named(f"{asset}_checks"),
+        specs=[c.spec(digest) for c in ordered],
         can_subset=True,
-        required_resource_keys=set().union(*(c.needs for c in ordered)),
+        required_resource_keys=names.keys(*set().union(*(c.needs for c in ordered))),
         description=f"The asset checks of `{asset}`, evaluated in one step.",
     )
     def _step(context: dg.AssetCheckExecutionContext) -> Iterator[dg.AssetCheckResult]:
-        yield from _evaluate(context, ordered)
+        yield from _evaluate(context, names, ordered)
 
     return _step
 
 
-def asset_with_checks(
-    checks: Sequence[Check], *, group: str, deps: Sequence[str | dg.AssetKey] = ()
-) -> Callable[[Callable[..., dg.MaterializeResult[None] | None]], dg.AssetsDefinition]:
-    """Makes `fn` a weekly asset named after it, whose step then evaluates `checks` on it.
+#: what an asset's step runs: `fn(context, resources)`, None for a refused week
+AssetFn = Callable[[dg.AssetExecutionContext, Resources], dg.MaterializeResult[None] | None]
 
-    `fn(context, **resources)` materialises the asset as an `@dg.asset` would, or returns None
-    for a refused week (guards.py): the step then yields nothing, so the asset is not
-    materialised, its checks are not evaluated and every step after it is skipped. Its
+
+def asset_with_checks(
+    digest: DigestSpec,
+    checks: Sequence[Check] = (),
+    *,
+    needs: Sequence[str],
+    deps: Sequence[dg.AssetKey] = (),
+) -> Callable[[AssetFn], dg.AssetsDefinition]:
+    """Makes `fn` one of `digest`'s weekly assets, named after it, whose step evaluates `checks`.
+
+    `fn(context, resources)` materialises the asset, reading the resources `needs` names, or
+    returns None for a refused week (guards.py): the step then yields nothing, so the asset is
+    not materialised, its checks are not evaluated and every step after it is skipped. Its
     docstring is the asset's description. The step can be subset: materialising without the
     checks skips them, and executing a check alone from the UI evaluates it without running
     `fn`. The checks read only resources `fn` already takes.
     """
+    names = digest.names
 
-    def wrap(fn: Callable[..., dg.MaterializeResult[None] | None]) -> dg.AssetsDefinition:
+    def wrap(fn: AssetFn) -> dg.AssetsDefinition:
         name = fn.__name__
         ordered = _ordered(name, checks)
-        params = set(inspect.signature(fn).parameters) - {"context"}
-        if missing := set().union(*(c.needs for c in ordered)) - params:
+        if missing := set().union(*(c.needs for c in ordered)) - set(needs):
             raise ValueError(f"{name} must take the resources its checks read: {sorted(missing)}")
+        key = names.asset(name)
 
-        # `wraps` keeps `fn`'s signature, from which Dagster binds the resource parameters
-        @functools.wraps(fn)
         def step(
-            context: dg.AssetExecutionContext, **resources: Any
+            context: dg.AssetExecutionContext,
         ) -> Iterator[dg.MaterializeResult[None] | dg.AssetCheckResult]:
-            if dg.AssetKey(name) in context.selected_asset_keys:
-                result = fn(context, **resources)
+            if key in context.selected_asset_keys:
+                result = fn(context, names.resources(context.resources))
                 if result is None:
                     return
                 yield result
-            yield from _evaluate(context, ordered)
+            yield from _evaluate(context, names, ordered)
 
         return dg.multi_asset(
-            name=name,
+            name=names.named(name),
             specs=[
                 dg.AssetSpec(
-                    name,
+                    key,
                     deps=deps,
-                    group_name=group,
-                    partitions_def=weekly_partitions,
+                    group_name=names.group,
+                    partitions_def=digest.partitions,
                     description=f"{inspect.cleandoc(fn.__doc__ or '')}\n\n{PARTITIONS_NOTE}",
                     # a refused week yields no materialisation, and the steps after it skip
                     skippable=True,
-                )
+                    # the instance's own: another instance's would open that instance's ledger
+                ).with_io_manager_key(names.named("io_manager"))
             ],
-            check_specs=[c.spec for c in ordered],
+            check_specs=[c.spec(digest) for c in ordered],
             can_subset=True,
+            required_resource_keys=names.keys(*needs),
         )(step)
 
     return wrap

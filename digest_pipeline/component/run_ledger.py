@@ -13,7 +13,7 @@ import dagster as dg
 from sqlalchemy import Engine
 
 from digest_pipeline.adapters.sql.identity import ledger_id, missing_sqlite_file, shown_url
-from digest_pipeline.defs.run_settings import check_run_settings
+from digest_pipeline.component.run_settings import check_run_settings
 from digest_pipeline.domain.errors import LedgerMismatch, RunSettingsMismatch
 
 #: run tags naming the run's ledger: its id (authoritative) and its URL (for people)

@@ -1,12 +1,12 @@
-"""The one partitions definition every asset and check shares: ISO weeks from the install's first.
+"""The weekly partitions an instance's assets and checks share: ISO weeks from its first week.
 
 Keys are the ISO week date of each week's Monday (`2026-W42-1`, UTC), so the UI finds a week by
 typing `W42` and `Period.parse(key)` maps a partition to its period. Only completed weeks from
-`first_week` (read once, when the definitions load) on are partitions.
+`first_week` (read once per instance, when the definitions load: `spec.DigestSpec`) on are
+partitions.
 """
 
 import logging
-import os
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -65,20 +65,12 @@ def weekly_partitions_from(first: Period) -> dg.WeeklyPartitionsDefinition:
     )
 
 
-# Dagster fixes a job's partitions when the definitions load: the environment and the ledger are
-# read here, once a process, the one read besides `DIGEST_EXECUTOR` (execution.py).
-weekly_partitions = weekly_partitions_from(first_week(os.environ, Path.cwd(), datetime.now(UTC)))
-
-
-def require_partition(
-    period: Period, partitions: dg.WeeklyPartitionsDefinition | None = None
-) -> None:
+def require_partition(period: Period, partitions: dg.WeeklyPartitionsDefinition) -> None:
     """Raises InvalidPeriod, one line naming DIGEST_FIRST_WEEK, unless `period` is a partition.
 
-    `partitions` defaults to the job's. A run of a week before their first would record a week
-    the job's partition grid and plots never show, so it is refused before anything is recorded.
+    A run of a week before the job's first would record a week its partition grid and plots
+    never show, so it is refused before anything is recorded.
     """
-    partitions = weekly_partitions if partitions is None else partitions
     if partitions.has_partition_key(period.partition_key):
         return
     first = Period.of(partitions.start.date())

@@ -9,8 +9,8 @@ operation keys (keys only, never addresses).
 
 import dagster as dg
 
-from digest_pipeline.defs.check_step import Check, CheckInputs
-from digest_pipeline.defs.report import check_result
+from digest_pipeline.component.check_step import Check, CheckInputs
+from digest_pipeline.component.report import check_result
 
 
 def _invariant_check(

@@ -17,10 +17,10 @@ import dagster as dg
 
 from digest_pipeline.adapters.sql.base import SqlBase
 from digest_pipeline.adapters.sql.durability import read_durability
-from digest_pipeline.defs.late_grant import late_request, record_grant
-from digest_pipeline.defs.report import period_metadata
-from digest_pipeline.defs.resources import DeliverySettings
-from digest_pipeline.defs.run_ledger import REFUSED
+from digest_pipeline.component.late_grant import late_request, record_grant
+from digest_pipeline.component.report import period_metadata
+from digest_pipeline.component.resources import DeliverySettings
+from digest_pipeline.component.run_ledger import REFUSED
 from digest_pipeline.domain.durability import durability_refusal
 from digest_pipeline.domain.errors import BreakerOpen, LateWeekRefused, SnapshotTampered
 from digest_pipeline.domain.periods import Period
@@ -132,7 +132,7 @@ def week_refusal(
 def refuse_week(
     context: dg.OpExecutionContext | dg.AssetExecutionContext,
     period: Period,
-    asset: str,
+    asset: dg.AssetKey,
     line: str,
 ) -> None:
     """Records a refused week on the run and on `asset`'s partition; the step then yields nothing.
@@ -145,7 +145,7 @@ def refuse_week(
     context.instance.add_run_tags(context.run.run_id, {REFUSED_TAG: line})
     context.log_event(
         dg.AssetObservation(
-            asset_key=dg.AssetKey(asset),
+            asset_key=asset,
             partition=context.partition_key,
             description=line,
             metadata={**period_metadata(period), "refused": dg.MetadataValue.text(line)},
