@@ -1,9 +1,10 @@
-"""The weekly job over the five assets (their checks come along) and its Monday schedule.
+"""An instance's weekly job over its five assets (their checks come along) and its schedule.
 
-Each Monday 06:00 UTC tick requests the week that has just ended (a tick on 2026-10-19 runs
-partition `2026-W42-1`), one run per week, or skips with the reason a run would be refused: the
-week's delivery window has closed, or the week is not a partition. It starts stopped, and the job
-names no executor: it runs with the code location's (`defs/execution.py`, in-process).
+Each tick (Monday 06:00 UTC unless the instance sets its own cron) requests the week that has
+just ended (a tick on 2026-10-19 runs partition `2026-W42-1`), one run per week, or skips with
+the reason a run would be refused: the week's delivery window has closed, or the week is not a
+partition. It starts stopped, and the job names no executor: it runs with the code location's
+(this project's: `defs/execution.py`, in-process).
 """
 
 from datetime import datetime

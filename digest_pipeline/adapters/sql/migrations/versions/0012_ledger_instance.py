@@ -2,7 +2,7 @@
 
 Revision ID: 0012
 Revises: 0011
-Create Date: 2026-12-08
+Create Date: 2026-12-07
 
 `ledger_identity.instance` is written by the adapter when a process first opens the ledger under
 an instance's name (`identity.claim_instance`); a process configured with another name refuses.
