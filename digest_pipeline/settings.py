@@ -9,6 +9,7 @@ The database URL must name a supported backend and, for SQLite, a file.
 """
 
 import math
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -40,12 +41,21 @@ from digest_pipeline.source_settings import SourceSettings, read_source
 from digest_pipeline.webhook_settings import WebhookSecret, read_webhook_secrets
 
 T = TypeVar("T")
-MAILERS = ("outbox", "smtp", "http")
+MAILERS = ("outbox", "smtp", "http", "postmark", "sendgrid")
+#: other names `DIGEST_MAILER` accepts, for the mailer they stand for
+MAILER_ALIASES = {"resend": "http"}
+#: `DIGEST_PROVIDER_URL` when unset, by mailer (the Resend-style `http` has no default)
+DEFAULT_PROVIDER_URLS = {
+    "postmark": "https://api.postmarkapp.com",
+    "sendgrid": "https://api.sendgrid.com",
+}
 #: `DIGEST_CONCURRENCY` when unset, by `DIGEST_MAILER`. A relay or a provider allows about 16
 #: connections; the outbox's sends are local file links, where a wave of 256 needs a quarter of
 #: the ledger transactions of 64 (less delivery time) and every `unknown` a
 #: crash leaves is settled by lookup.
-DEFAULT_CONCURRENCY = {"outbox": 256, "smtp": 16, "http": 16}
+#: what a provider calls the credential `DIGEST_PROVIDER_API_KEY` holds
+_KEY_NAMES = {"postmark": "the Postmark server token", "sendgrid": "the SendGrid API key"}
+DEFAULT_CONCURRENCY = {"outbox": 256, "smtp": 16, "http": 16, "postmark": 16, "sendgrid": 16}
 #: `DIGEST_BATCH_SIZE` when unset: a 100,000-customer week is four delivery steps. A step in a
 #: process of its own (multiprocess, Celery) costs seconds to start and Dagster's rows, and the
 #: steps that run at once share the remaining due items through their claims (README).
@@ -88,6 +98,7 @@ INT_RANGES: dict[str, tuple[int, int]] = {
 SMTP_SECURITY = ("none", "starttls", "tls")
 #: what an on/off setting accepts
 _YES, _NO = ("1", "true", "yes"), ("0", "false", "no")
+_STREAM_ID = re.compile(r"[a-z0-9_-]{1,30}")
 
 
 @dataclass(frozen=True)
@@ -106,13 +117,15 @@ class SmtpSettings:
 
 @dataclass(frozen=True)
 class ProviderSettings:
-    """`DIGEST_PROVIDER_*`: a Resend-style HTTP email API that honours `Idempotency-Key`."""
+    """`DIGEST_PROVIDER_*`: an HTTP email API (Resend-style `http`, `postmark` or `sendgrid`)."""
 
     url: str
     api_key: str = field(repr=False)
     timeout_seconds: float
-    #: how long the provider deduplicates a repeated idempotency key
+    #: how long the provider deduplicates a repeated idempotency key (not Postmark: it has none)
     idempotency_window: timedelta
+    #: `DIGEST_POSTMARK_MESSAGE_STREAM`: the Postmark stream digests go out on (bulk: broadcast)
+    message_stream: str = "broadcast"
 
 
 #: `digest serve`'s default address; the default unsubscribe link points at it
@@ -339,11 +352,24 @@ def _webhook_secrets(env: Mapping[str, str]) -> tuple[WebhookSecret, ...]:
         raise InvalidSetting(str(e)) from e
 
 
-def _provider(env: Mapping[str, str], required: bool) -> ProviderSettings | None:
-    url = env.get("DIGEST_PROVIDER_URL", "").strip().rstrip("/")
+def _mailer(raw: str) -> str:
+    """`DIGEST_MAILER`: one of `MAILERS`, or an alias of one (`resend` is `http`)."""
+    if raw in MAILER_ALIASES:
+        return MAILER_ALIASES[raw]
+    return one_of((*MAILERS, *MAILER_ALIASES))(raw)
+
+
+def _provider(env: Mapping[str, str], mailer: str) -> ProviderSettings | None:
+    default_url = DEFAULT_PROVIDER_URLS.get(mailer, "")
+    url = (env.get("DIGEST_PROVIDER_URL", "").strip() or default_url).rstrip("/")
     key = env.get("DIGEST_PROVIDER_API_KEY", "").strip()
     if not url or not key:
-        if required:
+        if mailer in DEFAULT_PROVIDER_URLS and not key:
+            raise InvalidSetting(
+                f"DIGEST_PROVIDER_API_KEY ({_KEY_NAMES[mailer]}) is required when "
+                f"DIGEST_MAILER={mailer}"
+            )
+        if mailer == "http":
             raise InvalidSetting(
                 "DIGEST_PROVIDER_URL and DIGEST_PROVIDER_API_KEY are required when DIGEST_MAILER=http"
             )
@@ -359,7 +385,17 @@ def _provider(env: Mapping[str, str], required: bool) -> ProviderSettings | None
         idempotency_window=_duration(
             env, "DIGEST_PROVIDER_IDEMPOTENCY_WINDOW_SECONDS", timedelta(hours=24)
         ),
+        message_stream=read_value(
+            env, "DIGEST_POSTMARK_MESSAGE_STREAM", "broadcast", _message_stream
+        ),
     )
+
+
+def _message_stream(raw: str) -> str:
+    """A Postmark message stream ID: lower-case letters, digits, `-` and `_` (Postmark's own)."""
+    if not _STREAM_ID.fullmatch(raw):
+        raise ValueError("must be a message stream ID: 1-30 lower-case letters, digits, '-' or '_'")
+    return raw
 
 
 def load_settings(env: Mapping[str, str], root: Path) -> Settings:
@@ -392,7 +428,7 @@ def load_settings(env: Mapping[str, str], root: Path) -> Settings:
         )
     except InvalidPolicy as e:
         raise InvalidSetting(f"retry settings: {e}") from e
-    mailer = read_value(env, "DIGEST_MAILER", "outbox", one_of(MAILERS))
+    mailer = read_value(env, "DIGEST_MAILER", "outbox", _mailer)
     # checked here, so a bad sender stops the run at start instead of failing every item
     sender = read_value(env, "DIGEST_FROM_ADDRESS", "digest@example.com", sender_address)
     return Settings(
@@ -422,7 +458,7 @@ def load_settings(env: Mapping[str, str], root: Path) -> Settings:
             env, "DIGEST_UNSUBSCRIBE_SECRET_PREVIOUS", None, str
         ),
         smtp=_smtp(env, mailer == "smtp", sender),
-        provider=_provider(env, required=mailer == "http"),
+        provider=_provider(env, mailer),
         operators=frozenset(
             name.strip() for name in env.get("DIGEST_OPERATORS", "").split(",") if name.strip()
         ),

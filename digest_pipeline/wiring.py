@@ -11,7 +11,9 @@ from sqlalchemy import Engine
 
 from digest_pipeline.adapters.mail.http import HttpProviderMailer
 from digest_pipeline.adapters.mail.outbox import OutboxMailer
+from digest_pipeline.adapters.mail.postmark import PostmarkMailer
 from digest_pipeline.adapters.mail.render import Jinja2Composer
+from digest_pipeline.adapters.mail.sendgrid import SendGridMailer
 from digest_pipeline.adapters.mail.smtp import SmtpMailer
 from digest_pipeline.adapters.sql.customer_source import SqlCustomerSource
 from digest_pipeline.adapters.sql.engine import create_ledger_engine, migrate
@@ -35,6 +37,12 @@ def build_mailer(settings: Settings) -> Mailer:
     if settings.mailer == "http":
         assert settings.provider is not None
         return HttpProviderMailer(settings.provider)
+    if settings.mailer == "postmark":
+        assert settings.provider is not None
+        return PostmarkMailer(settings.provider)
+    if settings.mailer == "sendgrid":
+        assert settings.provider is not None
+        return SendGridMailer(settings.provider)
     return OutboxMailer(settings.outbox_dir)
 
 

@@ -16,6 +16,7 @@ from digest_pipeline.adapters.sql.feedback import SqlFeedbackStore, concurrent_c
 from digest_pipeline.cli.context import EXIT_FAILED, EXIT_OK, Context, UsageError, ascii_int
 from digest_pipeline.cli.durability import require_durable_ledger
 from digest_pipeline.cli.secrets import compliance_of
+from digest_pipeline.domain.webhooks import InvalidWebhookSecret
 from digest_pipeline.serve.app import ServeConfig, build_app
 from digest_pipeline.serve.server import listening_socket, serve_forever
 from digest_pipeline.services.link_secrets import serve_secrets
@@ -60,20 +61,24 @@ def run_serve(ctx: Context, args: argparse.Namespace) -> int:
         compliance=compliance_of(ctx),
     )
     engine = ctx.engine
-    app = build_app(
-        config=ServeConfig(
-            unsubscribe_secret=secrets.current,
-            previous_unsubscribe_secret=secrets.previous,
-            previous_secret_until=secrets.previous_until,
-            webhook_keys=settings.webhook_keys(),
-            webhook_tolerance=settings.webhook_tolerance,
-            ledger_threads=concurrent_callers(engine),
-        ),
-        store=SqlFeedbackStore(engine, ctx.ledger.instance),
-        ledger=ctx.ledger,
-        queue=ctx.ledger,
-        clock=ctx.clock,
-    )
+    try:
+        app = build_app(
+            config=ServeConfig(
+                unsubscribe_secret=secrets.current,
+                previous_unsubscribe_secret=secrets.previous,
+                previous_secret_until=secrets.previous_until,
+                webhook_keys=settings.webhook_keys(),
+                webhook_tolerance=settings.webhook_tolerance,
+                ledger_threads=concurrent_callers(engine),
+            ),
+            store=SqlFeedbackStore(engine, ctx.ledger.instance),
+            ledger=ctx.ledger,
+            queue=ctx.ledger,
+            clock=ctx.clock,
+        )
+    except InvalidWebhookSecret as e:
+        # a SendGrid verification key is parsed when the application is built
+        raise UsageError(f"DIGEST_WEBHOOK_SECRETS: {e}") from e
     try:
         sock = listening_socket(args.host, args.port)
     except OSError as e:

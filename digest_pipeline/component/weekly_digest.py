@@ -60,7 +60,9 @@ class Brand(dg.Resolvable, dg.Model):
 class MailerConfig(dg.Resolvable, dg.Model):
     """Which mailer sends, and from where (its secret stays in the environment)."""
 
-    kind: str | None = Field(None, description="DIGEST_MAILER: outbox, smtp or http")
+    kind: str | None = Field(
+        None, description="DIGEST_MAILER: outbox, smtp, http (or resend) or postmark"
+    )
     from_address: str | None = Field(None, description="DIGEST_FROM_ADDRESS")
     outbox_dir: str | None = Field(None, description="DIGEST_OUTBOX_DIR")
     smtp_host: str | None = Field(None, description="DIGEST_SMTP_HOST")

@@ -20,20 +20,34 @@ from digest_pipeline.domain.failures import INVALID_RECIPIENT, FailureClass, Sen
 #: a row at a 20% failure rate: about 1e-14 per position).
 DEFAULT_THRESHOLD = 20
 
+#: Postmark's refusals of the server token: HTTP 401, 403, and API error code 10 ("bad or missing
+#: server or user API token") however it comes (adapters/mail/postmark.py)
+POSTMARK_CREDENTIAL_REFUSALS = ("postmark:401", "postmark:403", "postmark:422:10")
+#: SendGrid's refusals of the API key: HTTP 401 and 403 (adapters/mail/sendgrid.py)
+SENDGRID_CREDENTIAL_REFUSALS = ("sendgrid:401", "sendgrid:403")
 #: Reply codes that say the *sender's* credentials were refused (HTTP 401/403; RFC 4954 §6: SMTP
 #: 530 authentication required, 535 credentials invalid): a configuration error, which the
 #: customer did nothing to cause. Matched on the mailers' detail codes (`http:401:invalid_api_key`,
 #: `smtp:535:5.7.8`, see adapters/http_mailer.py and smtp_mailer.py), which classify them
 #: `permanent`.
-CREDENTIAL_REFUSALS = ("http:401", "http:403", "smtp:530", "smtp:535")
+CREDENTIAL_REFUSALS = (
+    "http:401",
+    "http:403",
+    "smtp:530",
+    "smtp:535",
+    *POSTMARK_CREDENTIAL_REFUSALS,
+    *SENDGRID_CREDENTIAL_REFUSALS,
+)
 #: RFC 3463 §3.2: enhanced status 5.1.x is "addressing status" (unknown user, bad mailbox, bad
 #: destination domain): about that one recipient. A block of them (a stale import whose customer
 #: ids sit together) is a dirty list, not a broken sender, and the provider did take our request.
-_RECIPIENT_ADDRESSING = re.compile(r"smtp:5\d\d:5\.1\.\d{1,3}")
+#: Postmark's 406 "inactive recipient" (it bounced, complained or unsubscribed) is about that
+#: one recipient in the same way.
+_RECIPIENT_ADDRESSING = re.compile(r"smtp:5\d\d:5\.1\.\d{1,3}|postmark:422:406")
 
 
 def recipient_addressing(outcome: SendOutcome) -> bool:
-    """The relay refused this recipient's address (SMTP 5.1.x), not our request."""
+    """The relay refused this recipient's address (SMTP 5.1.x, Postmark 406), not our request."""
     return outcome.failure_class is not None and bool(
         _RECIPIENT_ADDRESSING.fullmatch(outcome.detail)
     )

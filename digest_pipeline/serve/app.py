@@ -5,7 +5,8 @@
 the same URL only shows a page with a button that makes that POST, since mail scanners follow
 links. `POST /events/{provider}` takes the provider's signed webhook, under `svix-*` or
 `webhook-*` headers (unknown provider 404, signature or replay window 401, body 400), and records
-the event once. Every refusal is decided before the ledger is touched; responses carry no
+the event once; Postmark's (`/events/postmark`) carry HTTP basic auth instead of a signature
+(domain/postmark_events.py). Every refusal is decided before the ledger is touched; responses carry no
 customer data. The blocking ledger calls run on worker threads, a bounded number at a time
 (`ServeConfig.ledger_threads`).
 """
@@ -27,8 +28,16 @@ from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
 
 from digest_pipeline.adapters.sql.engine import LedgerDatabaseError
+from digest_pipeline.adapters.webhooks import sendgrid
 from digest_pipeline.domain.errors import DigestError
-from digest_pipeline.domain.feedback import InvalidEvent, parse_event
+from digest_pipeline.domain.feedback import InvalidEvent, ProviderEvent, parse_event
+from digest_pipeline.domain.postmark_events import (
+    PROVIDER as POSTMARK,
+)
+from digest_pipeline.domain.postmark_events import (
+    basic_auth_matches,
+    parse_postmark_event,
+)
 from digest_pipeline.domain.unsubscribe import LinkSecrets
 from digest_pipeline.domain.webhooks import DEFAULT_TOLERANCE, Verdict, signed_request, verify
 from digest_pipeline.ports import Clock, FeedbackStore, ReadModel, WorkQueue
@@ -49,6 +58,8 @@ T = TypeVar("T")
 MAX_UNSUBSCRIBE_BODY = 8 * 1024
 #: a provider event is a few kilobytes (Resend's carry headers and tags, never the content)
 MAX_EVENT_BODY = 256 * 1024
+#: a SendGrid event batch: up to about 768 KB
+MAX_SENDGRID_BODY = 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -97,6 +108,11 @@ class _Endpoints:
         self._config, self._store, self._ledger = config, store, ledger
         self._queue, self._clock = queue, clock
         self._limiter = anyio.CapacityLimiter(config.ledger_threads)
+        # SendGrid's keys are public keys: parsed once, so a bad one stops the server at start
+        self._sendgrid = tuple(
+            sendgrid.parse_verification_key(k.decode("utf-8", "replace"))
+            for k in config.webhook_keys.get(sendgrid.PROVIDER, ())
+        )
         self._secrets = LinkSecrets(
             config.unsubscribe_secret,
             config.previous_unsubscribe_secret,
@@ -147,13 +163,22 @@ class _Endpoints:
         if not keys:
             return _json({"error": "unknown_provider"}, 404)
         body = await request.body()
-        signed = signed_request(request.headers, body)
-        verdict = verify(signed, keys, self._clock.now(), self._config.webhook_tolerance)
-        if verdict is not Verdict.ACCEPTED or signed.event_id is None:
-            log_event("webhook_refused", logging.WARNING, provider=provider, why=verdict.value)
-            return _json({"error": f"signature_{verdict.value}"}, 401)
+        parse: Callable[[object], ProviderEvent]
+        if provider == POSTMARK:
+            # Postmark signs nothing: the credentials in the webhook's URL are its proof
+            if not basic_auth_matches(request.headers.get("authorization"), keys):
+                log_event("webhook_refused", logging.WARNING, provider=provider, why="basic_auth")
+                return _json({"error": "unauthorized"}, 401, {"WWW-Authenticate": "Basic"})
+            parse = parse_postmark_event
+        else:
+            signed = signed_request(request.headers, body)
+            verdict = verify(signed, keys, self._clock.now(), self._config.webhook_tolerance)
+            if verdict is not Verdict.ACCEPTED or signed.event_id is None:
+                log_event("webhook_refused", logging.WARNING, provider=provider, why=verdict.value)
+                return _json({"error": f"signature_{verdict.value}"}, 401)
+            parse = functools.partial(parse_event, provider, signed.event_id)
         try:
-            event = parse_event(provider, signed.event_id, json.loads(body))
+            event = parse(json.loads(body))
         except (ValueError, RecursionError) as e:
             # InvalidEvent names what is wrong; a JSON error only that the body is not JSON
             why = str(e) if isinstance(e, InvalidEvent) else "the body is not JSON"
@@ -169,6 +194,38 @@ class _Endpoints:
             answer["duplicate"] = True
         return _json(answer, 200)
 
+    async def sendgrid_events(self, request: Request) -> Response:
+        """A signed batch of SendGrid events: verified once, then each event recorded once.
+
+        An event of the batch that cannot be read is logged by position and set aside; the rest
+        are recorded. While one is being recorded elsewhere the batch gets 409, and SendGrid's
+        retry brings it whole again: the events already recorded are duplicates by their id.
+        """
+        provider, now = sendgrid.PROVIDER, self._clock.now()
+        if not self._sendgrid:
+            return _json({"error": "unknown_provider"}, 404)
+        body = await request.body()
+        signed = sendgrid.signed_batch(request.headers, body)
+        verdict = sendgrid.verify(signed, self._sendgrid, now, self._config.webhook_tolerance)
+        if verdict is not Verdict.ACCEPTED:
+            log_event("webhook_refused", logging.WARNING, provider=provider, why=verdict.value)
+            return _json({"error": f"signature_{verdict.value}"}, 401)
+        try:
+            batch = sendgrid.parse_batch(provider, json.loads(body))
+        except (ValueError, RecursionError) as e:
+            why = str(e) if isinstance(e, InvalidEvent) else "the body is not JSON"
+            return _json({"error": "bad_event", "why": why}, 400)
+        for unread in batch.unread:
+            log_event("webhook_event_unread", provider=provider, index=unread.index, why=unread.why)
+        for event in batch.events:
+            result, _ = await self._call(
+                record_event, self._store, self._ledger, self._queue, self._clock, event
+            )
+            if result is EventResult.IN_PROGRESS:
+                retry = str(int(EVENT_LEASE.total_seconds()))
+                return _json({"error": "in_progress"}, 409, {"Retry-After": retry})
+        return _json({"recorded": len(batch.events), "unread": len(batch.unread)}, 200)
+
 
 def build_app(
     *, config: ServeConfig, store: FeedbackStore, ledger: ReadModel, queue: WorkQueue, clock: Clock
@@ -182,6 +239,13 @@ def build_app(
                 _guarded(endpoints.unsubscribe),
                 methods=["GET", "POST"],
                 max_body_size=MAX_UNSUBSCRIBE_BODY,
+            ),
+            # SendGrid posts batches of up to about 768 KB
+            Route(
+                "/events/sendgrid",
+                _guarded(endpoints.sendgrid_events),
+                methods=["POST"],
+                max_body_size=MAX_SENDGRID_BODY,
             ),
             Route(
                 "/events/{provider}",

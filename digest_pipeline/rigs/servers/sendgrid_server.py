@@ -1,0 +1,310 @@
+"""A real HTTP server on 127.0.0.1 speaking SendGrid's `POST /v3/mail/send`, for tests and rigs.
+
+Like SendGrid it keeps no idempotency key: every accepted request is a message, stored under the
+`custom_args.operation_key` it carries (`stored`, `delivered_count`), and answered 202 with an
+empty body and an `X-Message-Id` header. It refuses what SendGrid's v3 reference refuses, with
+SendGrid's error body `{"errors": [{"message": …, "field": …, "help": …}]}`: a wrong or missing
+API key (401), a body without personalizations, from, subject or content, `text/html` before
+`text/plain`, or a reserved header in `headers` (400), and any other path (404).
+
+It is scripted per operation key with provider_actions.py's vocabulary, read the SendGrid way:
+`status(code, field)` answers `code` with `field` as `errors[0].field` and stores nothing
+(`status(429, retry_after=30)` sets `X-RateLimit-Reset` 30 s ahead); `store_then_hang(s)` stores
+the message, then answers only after `s` seconds (past the client's timeout); `store_then_drop`
+stores it and closes the connection; `malformed_success` stores it and answers 202 without
+`X-Message-Id`.
+"""
+
+import contextlib
+import json
+import socket
+import socketserver
+import threading
+import time
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from types import TracebackType
+from typing import Any
+
+from digest_pipeline.rigs.servers.provider_actions import Action, ok
+
+SEND_PATH = "/v3/mail/send"
+#: what SendGrid refuses in `headers` (case-insensitive)
+RESERVED = frozenset(
+    {
+        "x-sg-id",
+        "x-sg-eid",
+        "received",
+        "dkim-signature",
+        "content-type",
+        "content-transfer-encoding",
+        "to",
+        "from",
+        "subject",
+        "reply-to",
+        "cc",
+        "bcc",
+    }
+)
+_MESSAGES = {
+    400: "Bad Request",
+    401: "The provided authorization grant is invalid, expired, or revoked",
+    403: "The from address does not match a verified Sender Identity.",
+    404: "Not Found",
+    413: "The JSON payload you have included in your request is too large.",
+    429: "too many requests",
+    500: "internal error",
+}
+_HELP = "https://docs.sendgrid.com/api-reference/mail-send/errors"
+
+
+@dataclass(frozen=True)
+class Received:
+    """One request as the server read it (headers include Authorization: tests only)."""
+
+    path: str
+    headers: dict[str, str]
+    body: Any
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: "_Httpd"
+
+    def setup(self) -> None:
+        super().setup()
+        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.server.provider._opened(self.connection)
+
+    def finish(self) -> None:
+        try:
+            super().finish()
+        finally:
+            self.server.provider._closed(self.connection)
+
+    def do_POST(self) -> None:
+        self.server.provider._handle(self)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass  # keep test output clean
+
+
+class _Httpd(ThreadingHTTPServer):
+    daemon_threads = True
+    block_on_close = True
+    request_queue_size = 64
+
+    def __init__(self, provider: "SendGridServer") -> None:
+        self.provider = provider
+        super().__init__(("127.0.0.1", 0), _Handler)
+
+    def server_bind(self) -> None:
+        socketserver.TCPServer.server_bind(self)  # no reverse DNS lookup on loopback
+        self.server_name, self.server_port = "127.0.0.1", self.server_address[1]
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        self.provider._handler_failed()
+
+
+def _reply(h: _Handler, code: int, body: bytes, headers: dict[str, str]) -> None:
+    h.send_response(code)
+    h.send_header("Content-Length", str(len(body)))
+    for name, value in headers.items():
+        h.send_header(name, value)
+    h.end_headers()
+    h.wfile.write(body)
+
+
+def _error(
+    h: _Handler, code: int, field: str | None = None, headers: dict[str, str] | None = None
+) -> None:
+    error = {"message": _MESSAGES.get(code, "error"), "field": field, "help": _HELP}
+    body = json.dumps({"errors": [error]}).encode()
+    _reply(h, code, body, {"Content-Type": "application/json", **(headers or {})})
+
+
+def invalid_field(body: Any) -> str | None:
+    """The field SendGrid would name in a 400 for this body, or None when it is well formed."""
+    if not isinstance(body, dict):
+        return None if body is not None else "body"
+    to = body.get("personalizations")
+    if not (isinstance(to, list) and to and isinstance(to[0], dict) and to[0].get("to")):
+        return "personalizations"
+    sender = body.get("from")
+    if not (isinstance(sender, dict) and sender.get("email")):
+        return "from.email"
+    if not body.get("subject"):
+        return "subject"
+    content = body.get("content")
+    kinds = (
+        [c.get("type") for c in content if isinstance(c, dict)] if isinstance(content, list) else []
+    )
+    if not kinds or kinds[0] != "text/plain" or len(set(kinds)) != len(kinds):
+        return "content"
+    headers = body.get("headers", {})
+    if not isinstance(headers, dict) or any(n.lower() in RESERVED for n in headers):
+        return "headers"
+    args = body.get("custom_args", {})
+    if not isinstance(args, dict) or not all(isinstance(v, str) for v in args.values()):
+        return "custom_args"
+    return None
+
+
+class SendGridServer:
+    """SendGrid's mail-send API on a free loopback port; use it as a context manager."""
+
+    def __init__(
+        self, *, api_key: str = "SG.test_9b1d.e4f2a7c3", fallback: Action | None = None
+    ) -> None:
+        self.api_key = api_key
+        #: what a request of a key with no script left gets (`ok()` unless given)
+        self.fallback = fallback or ok()
+        self._lock = threading.Lock()
+        self._scripts: dict[str, list[Action]] = {}
+        self._stored: dict[str, list[dict[str, Any]]] = {}
+        self._message_ids: dict[str, list[str]] = {}
+        self._received: list[Received] = []
+        self._connections: set[socket.socket] = set()
+        self._handler_errors = 0
+        self._next_id = 0
+        self._stopping = threading.Event()
+        self._httpd: _Httpd | None = None
+        self._thread: threading.Thread | None = None
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    def start(self) -> "SendGridServer":
+        self._httpd = _Httpd(self)
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True
+        )
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stopping.set()
+        with self._lock:
+            connections = list(self._connections)
+        for conn in connections:  # wakes handlers blocked on idle keep-alive connections
+            with contextlib.suppress(OSError):
+                conn.shutdown(socket.SHUT_RDWR)
+        if self._httpd is not None:
+            try:
+                self._httpd.shutdown()
+            finally:
+                self._httpd.server_close()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+    def __enter__(self) -> "SendGridServer":
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    @property
+    def url(self) -> str:
+        assert self._httpd is not None, "the server is not started"
+        return f"http://127.0.0.1:{self._httpd.server_address[1]}"
+
+    # -- arranging and inspecting ------------------------------------------------------------
+    def script(self, key: object, *actions: Action) -> None:
+        """Queues actions for the next requests of `key` (one each); then requests get `fallback`."""
+        with self._lock:
+            self._scripts.setdefault(str(key), []).extend(actions)
+
+    @property
+    def stored(self) -> dict[str, list[dict[str, Any]]]:
+        """The accepted messages per operation key: every accepted request is one more."""
+        with self._lock:
+            return {k: list(v) for k, v in self._stored.items()}
+
+    def delivered_count(self, key: object) -> int:
+        with self._lock:
+            return len(self._stored.get(str(key), []))
+
+    def message_id(self, key: object) -> str | None:
+        """The `X-Message-Id` of the key's first accepted message."""
+        with self._lock:
+            ids = self._message_ids.get(str(key))
+            return ids[0] if ids else None
+
+    @property
+    def received(self) -> list[Received]:
+        with self._lock:
+            return list(self._received)
+
+    @property
+    def requests(self) -> int:
+        with self._lock:
+            return len(self._received)
+
+    @property
+    def handler_errors(self) -> int:
+        """Handler exceptions other than the client going away (a server bug if not 0)."""
+        with self._lock:
+            return self._handler_errors
+
+    # -- the handler's side ------------------------------------------------------------------
+    def _opened(self, conn: socket.socket) -> None:
+        with self._lock:
+            self._connections.add(conn)
+
+    def _closed(self, conn: socket.socket) -> None:
+        with self._lock:
+            self._connections.discard(conn)
+
+    def _handler_failed(self) -> None:
+        with self._lock:
+            self._handler_errors += 0 if self._stopping.is_set() else 1
+
+    def _handle(self, h: _Handler) -> None:
+        raw = h.rfile.read(int(h.headers.get("Content-Length") or 0))
+        try:
+            body = json.loads(raw)
+        except ValueError:
+            body = None
+        with self._lock:
+            self._received.append(Received(h.path, dict(h.headers.items()), body))
+        if h.path != SEND_PATH:
+            _error(h, 404)
+            return
+        if h.headers.get("Authorization") != f"Bearer {self.api_key}":
+            _error(h, 401)
+            return
+        field = invalid_field(body)
+        if field is not None:
+            _error(h, 400, field)
+            return
+        key = str(body.get("custom_args", {}).get("operation_key", ""))
+        with self._lock:
+            queue = self._scripts.get(key)
+            action = queue.pop(0) if queue else self.fallback
+        if action.kind == "status":
+            headers = {}
+            if action.status == 429 and action.retry_after is not None:
+                reset = int(time.time()) + int(action.retry_after)
+                headers = {"X-RateLimit-Limit": "600", "X-RateLimit-Remaining": "0"}
+                headers["X-RateLimit-Reset"] = str(reset)
+            _error(h, action.status, action.name, headers)
+            return
+        self._accept(h, key, body, action)
+
+    def _accept(self, h: _Handler, key: str, body: dict[str, Any], action: Action) -> None:
+        with self._lock:
+            self._next_id += 1
+            message_id = f"sg{self._next_id:06d}AbCdEf"
+            self._stored.setdefault(key, []).append(body)
+            self._message_ids.setdefault(key, []).append(message_id)
+        if action.kind == "hang":
+            self._stopping.wait(action.seconds)
+        elif action.kind == "drop":
+            h.close_connection = True
+            h.connection.shutdown(socket.SHUT_RDWR)
+            return
+        headers = {} if action.kind == "malformed" else {"X-Message-Id": message_id}
+        _reply(h, 202, b"", headers)
