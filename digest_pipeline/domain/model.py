@@ -338,6 +338,9 @@ class MailerCapabilities:
     #: whether a send waits on a peer across a network; a local one (a file, memory) returns
     #: faster than the ledger records, so a worker's waves need not overlap (domain/waves.py)
     remote: bool = True
+    #: how long after accepting a message the provider's `lookup` may still not find it: a
+    #: "not found" about an attempt younger than this is no evidence (the item stays `unknown`)
+    lookup_lag: timedelta = timedelta(0)
 
 
 class CleanupMode(StrEnum):

@@ -79,6 +79,7 @@ def settle_unknown(
     idempotency_window: timedelta | None,
     policy: DeliveryPolicy,
     actor: str,
+    lookup_lag: timedelta = timedelta(0),
 ) -> tuple[Transition, Evidence] | None:
     """The move the evidence supports for an `unknown` item, or None while there is none.
 
@@ -87,6 +88,8 @@ def settle_unknown(
     `mailer` is the identity of the mailer `lookup` asks and a resend would go through: when
     an attempt that may have delivered was made through another, neither its lookup nor its
     deduplication is evidence, and only the ledger's evidence or the retention moves the item.
+    A lookup's "not found" counts only once the latest attempt is older than `lookup_lag`, the
+    time the provider's search may take to see a message it accepted.
     """
     pid: str | None = None
     own = not foreign_mailers(history, mailer)
@@ -104,7 +107,11 @@ def settle_unknown(
     elif own and (found := lookup()).status is LookupStatus.FOUND:
         target, evidence, fields = DeliveryState.SENT, Evidence.MAILER_LOOKUP_FOUND, {}
         pid = found.provider_message_id
-    elif own and found.status is LookupStatus.NOT_FOUND:
+    elif (
+        own
+        and found.status is LookupStatus.NOT_FOUND
+        and _settled_in_lookup(history, now, lookup_lag)
+    ):
         target, evidence, fields = (
             DeliveryState.RETRY_SCHEDULED,
             Evidence.MAILER_LOOKUP_NOT_FOUND,
@@ -133,6 +140,11 @@ def settle_unknown(
         **fields,
     )
     return transition, evidence
+
+
+def _settled_in_lookup(history: Sequence[Attempt], now: datetime, lag: timedelta) -> bool:
+    """Whether every attempt started long enough ago for the provider's lookup to see it."""
+    return all(a.started_at <= now - lag for a in history)
 
 
 def delivered_per_provider(

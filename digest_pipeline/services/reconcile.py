@@ -67,6 +67,7 @@ def reconcile_period(
             idempotency_window=mailer.capabilities.idempotency_window,
             policy=policy,
             actor=ACTOR,
+            lookup_lag=mailer.capabilities.lookup_lag,
         )
         if found is None:
             report.still_unknown += 1

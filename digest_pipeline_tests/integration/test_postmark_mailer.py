@@ -15,7 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from digest_pipeline.adapters.mail.postmark import PostmarkMailer, metadata_value
+from digest_pipeline.adapters.mail.postmark import LOOKUP_LAG, PostmarkMailer, metadata_value
 from digest_pipeline.domain.breaker import credentials_refused, recipient_addressing
 from digest_pipeline.domain.failures import FailureClass, SendOutcome
 from digest_pipeline.domain.model import LookupStatus, Message, message_id_for
@@ -321,6 +321,23 @@ class TestReconciliation:
         ledger = self.run(server, clock, hang_unaccepted())
         server.script_search(error(503, 0))
         with PostmarkMailer(settings_for(server.url, server.token)) as mailer:
+            report = reconcile_period(ledger, mailer, clock, POLICY, W42)
+            deliver_due(
+                make_deliverer(ledger, mailer, clock, policy=POLICY), batch_size=10, concurrency=1
+            )
+        assert report.still_unknown == 1
+        assert state_of(ledger, key_of(1)) is DeliveryState.UNKNOWN
+        assert server.messages_for(key_of(1)) == []
+
+    def test_a_not_found_younger_than_the_search_lag_is_no_evidence(
+        self, server: PostmarkServer
+    ) -> None:
+        # Postmark's search may not list a message it accepted moments ago: a "not found" about
+        # a young attempt must not lead to a resend that could double it
+        clock = FixedClock(T0)
+        ledger = self.run(server, clock, hang_unaccepted())
+        with PostmarkMailer(settings_for(server.url, server.token)) as mailer:
+            clock.advance(LOOKUP_LAG - timedelta(seconds=1))
             report = reconcile_period(ledger, mailer, clock, POLICY, W42)
             deliver_due(
                 make_deliverer(ledger, mailer, clock, policy=POLICY), batch_size=10, concurrency=1

@@ -26,6 +26,7 @@ Every reply and transport error comes back as a classified `SendOutcome` (table 
 import hashlib
 import logging
 from collections.abc import Callable
+from datetime import timedelta
 from functools import partial
 from typing import Any
 
@@ -50,6 +51,9 @@ logger = logging.getLogger("digest_pipeline.adapters.postmark")
 
 #: the Metadata field that carries the operation key (Postmark: field names of 20 characters)
 METADATA_FIELD = "operation_key"
+#: how long Postmark's outbound search may take to list a message it accepted: a "not found"
+#: about a younger attempt leaves the item `unknown` for a later pass (a resend could double it)
+LOOKUP_LAG = timedelta(minutes=5)
 #: Postmark refuses a Metadata value longer than this
 _MAX_METADATA_VALUE = 80
 #: the only error codes echoed into a detail: Postmark's numbers, never its free text
@@ -81,7 +85,7 @@ class PostmarkMailer(ProviderClientMailer):
     @property
     def capabilities(self) -> MailerCapabilities:
         # no idempotency key at all: an uncertain send is settled only by `lookup`
-        return MailerCapabilities(idempotency_window=None, can_lookup=True)
+        return MailerCapabilities(idempotency_window=None, can_lookup=True, lookup_lag=LOOKUP_LAG)
 
     @property
     def identity(self) -> str:
