@@ -15,18 +15,17 @@ import base64
 import itertools
 import json
 import socket
-import socketserver
 import threading
 import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from types import TracebackType
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import httpx
 
+from digest_pipeline.rigs.servers.loopback import LoopbackHttpd, LoopbackServer
 from digest_pipeline.rigs.servers.provider_actions import Action, ok
 
 TOKEN = "pm-server-token-7d1e0c4b9a"
@@ -77,18 +76,10 @@ class _Handler(BaseHTTPRequestHandler):
         pass  # keep test output clean
 
 
-class _Httpd(ThreadingHTTPServer):
-    daemon_threads = True
-    block_on_close = True
-
+class _Httpd(LoopbackHttpd):
     def __init__(self, postmark: "PostmarkServer") -> None:
         self.postmark = postmark
         super().__init__(("127.0.0.1", 0), _Handler)
-
-    def server_bind(self) -> None:
-        # HTTPServer.server_bind does a reverse DNS lookup; loopback needs none
-        socketserver.TCPServer.server_bind(self)
-        self.server_name, self.server_port = "127.0.0.1", self.server_address[1]
 
 
 _MESSAGES = {
@@ -115,7 +106,7 @@ def _error(h: _Handler, status: int, code: int, retry_after: str | None = None) 
     _reply(h, status, {"ErrorCode": code, "Message": message}, headers)
 
 
-class PostmarkServer:
+class PostmarkServer(LoopbackServer):
     """Postmark on a free loopback port; use it as a context manager."""
 
     def __init__(self, *, token: str = TOKEN, inactive: frozenset[str] = frozenset()) -> None:
@@ -133,31 +124,11 @@ class PostmarkServer:
         self._thread: threading.Thread | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------
-    def __enter__(self) -> "PostmarkServer":
-        self._httpd = _Httpd(self)
-        self._thread = threading.Thread(
-            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True
-        )
-        self._thread.start()
-        return self
+    def _new_httpd(self) -> "_Httpd":
+        return _Httpd(self)
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def _wake(self) -> None:
         self._stopping.set()
-        if self._httpd is not None:
-            self._httpd.shutdown()
-            self._httpd.server_close()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-
-    @property
-    def url(self) -> str:
-        assert self._httpd is not None, "the server is not started"
-        return f"http://127.0.0.1:{self._httpd.server_address[1]}"
 
     # -- arranging and inspecting ------------------------------------------------------------
     def script(self, key: object, *actions: Action) -> None:

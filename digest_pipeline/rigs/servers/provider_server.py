@@ -15,18 +15,17 @@ import hashlib
 import itertools
 import json
 import socket
-import socketserver
 import threading
 import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from types import TracebackType
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 import httpx
 
+from digest_pipeline.rigs.servers.loopback import LoopbackHttpd, LoopbackServer
 from digest_pipeline.rigs.servers.provider_actions import Action, ok
 from digest_pipeline.rigs.servers.rate_window import Admission, SlidingWindow
 from digest_pipeline.rigs.servers.resend_events import signed_headers, webhook_payload
@@ -98,9 +97,7 @@ class _Handler(BaseHTTPRequestHandler):
         pass  # keep test output clean
 
 
-class _Httpd(ThreadingHTTPServer):
-    daemon_threads = True
-    block_on_close = True  # server_close() joins the handler threads
+class _Httpd(LoopbackHttpd):
     # socketserver's default backlog of 5 resets connections when a burst of senders (a rate
     # limit's test, two processes of 16 threads) connects at once; a provider accepts them all
     request_queue_size = 256
@@ -108,11 +105,6 @@ class _Httpd(ThreadingHTTPServer):
     def __init__(self, provider: "ProviderServer") -> None:
         self.provider = provider
         super().__init__(("127.0.0.1", 0), _Handler)
-
-    def server_bind(self) -> None:
-        # HTTPServer.server_bind does a reverse DNS lookup; loopback needs none
-        socketserver.TCPServer.server_bind(self)
-        self.server_name, self.server_port = "127.0.0.1", self.server_address[1]
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         self.provider._handler_failed()
@@ -150,7 +142,7 @@ def _error(
     _reply(h, code, {"statusCode": code, "name": name, "message": text}, headers)
 
 
-class ProviderServer:
+class ProviderServer(LoopbackServer):
     """The provider on a free loopback port; use it as a context manager.
 
     `stored` holds the accepted payloads per idempotency key (a replay adds none), `replays` the
@@ -207,15 +199,10 @@ class ProviderServer:
         self._thread: threading.Thread | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------
-    def start(self) -> "ProviderServer":
-        self._httpd = _Httpd(self)
-        self._thread = threading.Thread(
-            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True
-        )
-        self._thread.start()
-        return self
+    def _new_httpd(self) -> "_Httpd":
+        return _Httpd(self)
 
-    def stop(self) -> None:
+    def _wake(self) -> None:
         self._stopping.set()
         with self._lock:
             for event in self._holds.values():
@@ -224,29 +211,6 @@ class ProviderServer:
         for conn in connections:  # wakes handlers blocked on idle keep-alive connections
             with contextlib.suppress(OSError):
                 conn.shutdown(socket.SHUT_RDWR)
-        if self._httpd is not None:
-            try:
-                self._httpd.shutdown()
-            finally:
-                self._httpd.server_close()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-
-    def __enter__(self) -> "ProviderServer":
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
-
-    @property
-    def url(self) -> str:
-        assert self._httpd is not None, "the server is not started"
-        return f"http://127.0.0.1:{self._httpd.server_address[1]}"
 
     # -- arranging ---------------------------------------------------------------------------
     def script(self, key: object, *actions: Action) -> None:

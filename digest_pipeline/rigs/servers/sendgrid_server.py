@@ -18,14 +18,13 @@ stores it and closes the connection; `malformed_success` stores it and answers 2
 import contextlib
 import json
 import socket
-import socketserver
 import threading
 import time
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from types import TracebackType
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
+from digest_pipeline.rigs.servers.loopback import LoopbackHttpd, LoopbackServer
 from digest_pipeline.rigs.servers.provider_actions import Action, ok
 
 SEND_PATH = "/v3/mail/send"
@@ -89,18 +88,12 @@ class _Handler(BaseHTTPRequestHandler):
         pass  # keep test output clean
 
 
-class _Httpd(ThreadingHTTPServer):
-    daemon_threads = True
-    block_on_close = True
+class _Httpd(LoopbackHttpd):
     request_queue_size = 64
 
     def __init__(self, provider: "SendGridServer") -> None:
         self.provider = provider
         super().__init__(("127.0.0.1", 0), _Handler)
-
-    def server_bind(self) -> None:
-        socketserver.TCPServer.server_bind(self)  # no reverse DNS lookup on loopback
-        self.server_name, self.server_port = "127.0.0.1", self.server_address[1]
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         self.provider._handler_failed()
@@ -150,7 +143,7 @@ def invalid_field(body: Any) -> str | None:
     return None
 
 
-class SendGridServer:
+class SendGridServer(LoopbackServer):
     """SendGrid's mail-send API on a free loopback port; use it as a context manager."""
 
     def __init__(
@@ -172,44 +165,16 @@ class SendGridServer:
         self._thread: threading.Thread | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------
-    def start(self) -> "SendGridServer":
-        self._httpd = _Httpd(self)
-        self._thread = threading.Thread(
-            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True
-        )
-        self._thread.start()
-        return self
+    def _new_httpd(self) -> "_Httpd":
+        return _Httpd(self)
 
-    def stop(self) -> None:
+    def _wake(self) -> None:
         self._stopping.set()
         with self._lock:
             connections = list(self._connections)
         for conn in connections:  # wakes handlers blocked on idle keep-alive connections
             with contextlib.suppress(OSError):
                 conn.shutdown(socket.SHUT_RDWR)
-        if self._httpd is not None:
-            try:
-                self._httpd.shutdown()
-            finally:
-                self._httpd.server_close()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-
-    def __enter__(self) -> "SendGridServer":
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
-
-    @property
-    def url(self) -> str:
-        assert self._httpd is not None, "the server is not started"
-        return f"http://127.0.0.1:{self._httpd.server_address[1]}"
 
     # -- arranging and inspecting ------------------------------------------------------------
     def script(self, key: object, *actions: Action) -> None:
