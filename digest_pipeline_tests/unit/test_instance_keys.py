@@ -1,8 +1,8 @@
 """Operation keys carry their digest instance: `vip_digest:2026-W42:customer-1842`.
 
 The default instance keeps the keys every ledger already holds (`digest:…`); any other valid
-name round-trips through the text, and a name that could not prefix a Dagster asset key or job
-name is refused in one line. A provider event echoes the key (header or tag) with its instance.
+name survives the trip through the text, and a name that could not prefix a Dagster asset key
+or job name is refused in one line. A provider event echoes the key (header or tag) with its instance.
 """
 
 from datetime import date
