@@ -15,17 +15,20 @@ import base64
 import itertools
 import json
 import socket
-import threading
 import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from http.server import BaseHTTPRequestHandler
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import httpx
 
-from digest_pipeline.rigs.servers.loopback import LoopbackHttpd, LoopbackServer
+from digest_pipeline.rigs.servers.loopback import (
+    LoopbackHandler,
+    LoopbackHttpd,
+    LoopbackServer,
+    Received,
+)
 from digest_pipeline.rigs.servers.provider_actions import Action, ok
 
 TOKEN = "pm-server-token-7d1e0c4b9a"
@@ -43,16 +46,6 @@ def hang_unaccepted(seconds: float = 5.0) -> Action:
 
 
 @dataclass(frozen=True)
-class Received:
-    """One request as the server read it (headers include the server token: tests only)."""
-
-    method: str
-    path: str
-    headers: dict[str, str]
-    body: Any
-
-
-@dataclass(frozen=True)
 class Accepted:
     """One message Postmark took: its id, stream, Metadata and the request body."""
 
@@ -62,24 +55,17 @@ class Accepted:
     body: dict[str, Any]
 
 
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    server: "_Httpd"
-
+class _Handler(LoopbackHandler):
     def do_POST(self) -> None:
-        self.server.postmark._handle(self, "POST")
+        self._owner()._handle(self, "POST")
 
     def do_GET(self) -> None:
-        self.server.postmark._handle(self, "GET")
+        self._owner()._handle(self, "GET")
 
-    def log_message(self, format: str, *args: Any) -> None:
-        pass  # keep test output clean
-
-
-class _Httpd(LoopbackHttpd):
-    def __init__(self, postmark: "PostmarkServer") -> None:
-        self.postmark = postmark
-        super().__init__(("127.0.0.1", 0), _Handler)
+    def _owner(self) -> "PostmarkServer":
+        owner = self.server.owner
+        assert isinstance(owner, PostmarkServer)
+        return owner
 
 
 _MESSAGES = {
@@ -113,22 +99,15 @@ class PostmarkServer(LoopbackServer):
         self.token = token
         #: recipients Postmark refuses with 406 (bounced, complained, unsubscribed)
         self.inactive = inactive
-        self._lock = threading.Lock()
+        super().__init__()
         self._scripts: dict[str, list[Action]] = {}
         self._search_script: list[Action] = []
         self._accepted: list[Accepted] = []
-        self._received: list[Received] = []
         self._ids = itertools.count(1)
-        self._stopping = threading.Event()
-        self._httpd: _Httpd | None = None
-        self._thread: threading.Thread | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------
-    def _new_httpd(self) -> "_Httpd":
-        return _Httpd(self)
-
-    def _wake(self) -> None:
-        self._stopping.set()
+    def _new_httpd(self) -> LoopbackHttpd:
+        return LoopbackHttpd(self, _Handler)
 
     # -- arranging and inspecting ------------------------------------------------------------
     def script(self, key: object, *actions: Action) -> None:
@@ -174,7 +153,7 @@ class PostmarkServer(LoopbackServer):
         except ValueError:
             body = None
         with self._lock:
-            self._received.append(Received(method, h.path, dict(h.headers.items()), body))
+            self._received.append(Received(h.path, dict(h.headers.items()), body, method))
         path = urlsplit(h.path)
         if h.headers.get("X-Postmark-Server-Token") != self.token:
             _error(h, 401, 10)

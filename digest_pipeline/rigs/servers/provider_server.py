@@ -10,7 +10,6 @@ after storing. Like Resend, it can also tell a webhook endpoint what became of a
 `daily_quota_exceeded`); `stats()` counts what each refused.
 """
 
-import contextlib
 import hashlib
 import itertools
 import json
@@ -20,24 +19,19 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 import httpx
 
-from digest_pipeline.rigs.servers.loopback import LoopbackHttpd, LoopbackServer
+from digest_pipeline.rigs.servers.loopback import (
+    LoopbackHandler,
+    LoopbackHttpd,
+    LoopbackServer,
+    Received,
+)
 from digest_pipeline.rigs.servers.provider_actions import Action, ok
 from digest_pipeline.rigs.servers.rate_window import Admission, SlidingWindow
 from digest_pipeline.rigs.servers.resend_events import signed_headers, webhook_payload
-
-
-@dataclass(frozen=True)
-class Received:
-    """One request as the server read it (headers include Authorization: tests only)."""
-
-    path: str
-    headers: dict[str, str]
-    body: Any
 
 
 @dataclass(frozen=True)
@@ -65,49 +59,26 @@ class _Record:
     stored_at: float
 
 
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    server: "_Httpd"
+class _Handler(LoopbackHandler):
     date_override: str | None = None
     #: the rate-limit headers of the request being answered (Resend sends them on every answer)
     rate_headers: tuple[tuple[str, str], ...] = ()
     #: when the request being answered arrived, on the provider's clock
     arrived: float = 0.0
 
-    def setup(self) -> None:
-        super().setup()
-        # headers and body go out as separate writes: without this, Nagle and delayed ACKs
-        # add ~40 ms to every keep-alive response
-        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self.server.provider._opened(self.connection)
-
-    def finish(self) -> None:
-        try:
-            super().finish()
-        finally:
-            self.server.provider._closed(self.connection)
-
     def do_POST(self) -> None:
-        self.server.provider._handle(self)
+        owner = self.server.owner
+        assert isinstance(owner, ProviderServer)
+        owner._handle(self)
 
     def date_time_string(self, timestamp: float | None = None) -> str:
         return self.date_override or super().date_time_string(timestamp)
-
-    def log_message(self, format: str, *args: Any) -> None:
-        pass  # keep test output clean
 
 
 class _Httpd(LoopbackHttpd):
     # socketserver's default backlog of 5 resets connections when a burst of senders (a rate
     # limit's test, two processes of 16 threads) connects at once; a provider accepts them all
     request_queue_size = 256
-
-    def __init__(self, provider: "ProviderServer") -> None:
-        self.provider = provider
-        super().__init__(("127.0.0.1", 0), _Handler)
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        self.provider._handler_failed()
 
 
 def _reply(
@@ -178,10 +149,10 @@ class ProviderServer(LoopbackServer):
         self._window = None if rate_limit is None else SlidingWindow(rate_limit)
         #: new messages stored before every further send is refused (None: no quota)
         self.daily_quota = daily_quota
+        super().__init__()
         self._arrivals = 0
         self._accepted_at: list[float] = []
         self._quota_refused = 0
-        self._lock = threading.Lock()
         self._in_flight_changed = threading.Condition(self._lock)
         self._scripts: dict[str, list[Action]] = {}
         self._records: dict[str, _Record] = {}
@@ -189,28 +160,17 @@ class ProviderServer(LoopbackServer):
         self._replays: Counter[str] = Counter()
         self._in_flight: set[str] = set()
         self._holds: dict[str, threading.Event] = {}
-        self._received: list[Received] = []
-        self._connections: set[socket.socket] = set()
-        self._connections_opened = 0
-        self._handler_errors = 0
         self._next_id = 0
-        self._stopping = threading.Event()
-        self._httpd: _Httpd | None = None
-        self._thread: threading.Thread | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------
     def _new_httpd(self) -> "_Httpd":
-        return _Httpd(self)
+        return _Httpd(self, _Handler)
 
     def _wake(self) -> None:
-        self._stopping.set()
         with self._lock:
             for event in self._holds.values():
                 event.set()
-            connections = list(self._connections)
-        for conn in connections:  # wakes handlers blocked on idle keep-alive connections
-            with contextlib.suppress(OSError):
-                conn.shutdown(socket.SHUT_RDWR)
+        super()._wake()
 
     # -- arranging ---------------------------------------------------------------------------
     def script(self, key: object, *actions: Action) -> None:
@@ -274,19 +234,9 @@ class ProviderServer(LoopbackServer):
             return record.message_id if record is not None else None
 
     @property
-    def requests(self) -> int:
-        with self._lock:
-            return len(self._received)
-
-    @property
     def received(self) -> list[Received]:
         with self._lock:
             return list(self._received)
-
-    @property
-    def connections_opened(self) -> int:
-        with self._lock:
-            return self._connections_opened
 
     def stats(self) -> Stats:
         """The counts of `POST /emails` answers so far, read in one go under the lock."""
@@ -300,26 +250,7 @@ class ProviderServer(LoopbackServer):
                 accepted_at=tuple(self._accepted_at),
             )
 
-    @property
-    def handler_errors(self) -> int:
-        """Handler exceptions other than the client going away (a server bug if not 0)."""
-        with self._lock:
-            return self._handler_errors
-
     # -- the handler's side ------------------------------------------------------------------
-    def _opened(self, conn: socket.socket) -> None:
-        with self._lock:
-            self._connections.add(conn)
-            self._connections_opened += 1
-
-    def _closed(self, conn: socket.socket) -> None:
-        with self._lock:
-            self._connections.discard(conn)
-
-    def _handler_failed(self) -> None:
-        with self._lock:
-            self._handler_errors += 0 if self._stopping.is_set() else 1
-
     def _handle(self, h: _Handler) -> None:
         raw = h.rfile.read(int(h.headers.get("Content-Length") or 0))
         try:

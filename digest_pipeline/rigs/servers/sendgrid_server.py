@@ -15,16 +15,17 @@ stores it and closes the connection; `malformed_success` stores it and answers 2
 `X-Message-Id`.
 """
 
-import contextlib
 import json
 import socket
-import threading
 import time
-from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler
 from typing import Any
 
-from digest_pipeline.rigs.servers.loopback import LoopbackHttpd, LoopbackServer
+from digest_pipeline.rigs.servers.loopback import (
+    LoopbackHandler,
+    LoopbackHttpd,
+    LoopbackServer,
+    Received,
+)
 from digest_pipeline.rigs.servers.provider_actions import Action, ok
 
 SEND_PATH = "/v3/mail/send"
@@ -57,46 +58,15 @@ _MESSAGES = {
 _HELP = "https://docs.sendgrid.com/api-reference/mail-send/errors"
 
 
-@dataclass(frozen=True)
-class Received:
-    """One request as the server read it (headers include Authorization: tests only)."""
-
-    path: str
-    headers: dict[str, str]
-    body: Any
-
-
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    server: "_Httpd"
-
-    def setup(self) -> None:
-        super().setup()
-        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self.server.provider._opened(self.connection)
-
-    def finish(self) -> None:
-        try:
-            super().finish()
-        finally:
-            self.server.provider._closed(self.connection)
-
+class _Handler(LoopbackHandler):
     def do_POST(self) -> None:
-        self.server.provider._handle(self)
-
-    def log_message(self, format: str, *args: Any) -> None:
-        pass  # keep test output clean
+        owner = self.server.owner
+        assert isinstance(owner, SendGridServer)
+        owner._handle(self)
 
 
 class _Httpd(LoopbackHttpd):
     request_queue_size = 64
-
-    def __init__(self, provider: "SendGridServer") -> None:
-        self.provider = provider
-        super().__init__(("127.0.0.1", 0), _Handler)
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        self.provider._handler_failed()
 
 
 def _reply(h: _Handler, code: int, body: bytes, headers: dict[str, str]) -> None:
@@ -152,29 +122,15 @@ class SendGridServer(LoopbackServer):
         self.api_key = api_key
         #: what a request of a key with no script left gets (`ok()` unless given)
         self.fallback = fallback or ok()
-        self._lock = threading.Lock()
+        super().__init__()
         self._scripts: dict[str, list[Action]] = {}
         self._stored: dict[str, list[dict[str, Any]]] = {}
         self._message_ids: dict[str, list[str]] = {}
-        self._received: list[Received] = []
-        self._connections: set[socket.socket] = set()
-        self._handler_errors = 0
         self._next_id = 0
-        self._stopping = threading.Event()
-        self._httpd: _Httpd | None = None
-        self._thread: threading.Thread | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------
     def _new_httpd(self) -> "_Httpd":
-        return _Httpd(self)
-
-    def _wake(self) -> None:
-        self._stopping.set()
-        with self._lock:
-            connections = list(self._connections)
-        for conn in connections:  # wakes handlers blocked on idle keep-alive connections
-            with contextlib.suppress(OSError):
-                conn.shutdown(socket.SHUT_RDWR)
+        return _Httpd(self, _Handler)
 
     # -- arranging and inspecting ------------------------------------------------------------
     def script(self, key: object, *actions: Action) -> None:
@@ -203,30 +159,7 @@ class SendGridServer(LoopbackServer):
         with self._lock:
             return list(self._received)
 
-    @property
-    def requests(self) -> int:
-        with self._lock:
-            return len(self._received)
-
-    @property
-    def handler_errors(self) -> int:
-        """Handler exceptions other than the client going away (a server bug if not 0)."""
-        with self._lock:
-            return self._handler_errors
-
     # -- the handler's side ------------------------------------------------------------------
-    def _opened(self, conn: socket.socket) -> None:
-        with self._lock:
-            self._connections.add(conn)
-
-    def _closed(self, conn: socket.socket) -> None:
-        with self._lock:
-            self._connections.discard(conn)
-
-    def _handler_failed(self) -> None:
-        with self._lock:
-            self._handler_errors += 0 if self._stopping.is_set() else 1
-
     def _handle(self, h: _Handler) -> None:
         raw = h.rfile.read(int(h.headers.get("Content-Length") or 0))
         try:
