@@ -36,6 +36,7 @@ from digest_pipeline.settings import ProviderSettings
 from digest_pipeline_tests.builders import email_of, key_of, make_deliverer, seed_period, state_of
 from digest_pipeline_tests.conftest import T0, W42
 from digest_pipeline_tests.fakes import FakeLedger, FixedClock
+from digest_pipeline_tests.integration.provider_messages import message, send
 
 #: the client's timeouts: long enough for loopback, short enough that a hang costs little
 TIMEOUT = 0.4
@@ -47,29 +48,6 @@ def settings_for(url: str, api_key: str, *, timeout: float = TIMEOUT) -> Provide
     return ProviderSettings(
         url=url, api_key=api_key, timeout_seconds=timeout, idempotency_window=WINDOW
     )
-
-
-def message(
-    n: int = 1, *, html: str | None = "<p>Your picks</p>", extra: tuple[tuple[str, str], ...] = ()
-) -> Message:
-    key = key_of(n)
-    return Message(
-        key=key,
-        recipient=email_of(n),
-        sender="digest@example.com",
-        subject=f"Your weekly picks ({key.period})",
-        text="Your picks",
-        html=html,
-        headers=(
-            ("Message-ID", message_id_for(key)),
-            ("X-Digest-Operation-Key", str(key)),
-            *extra,
-        ),
-    )
-
-
-def send(mailer: HttpProviderMailer, msg: Message) -> SendOutcome:
-    return mailer.send(msg, idempotency_key=str(msg.key))
 
 
 @pytest.fixture

@@ -6,6 +6,7 @@ Metadata: a message Postmark holds is `sent` without a second send, one it never
 again once; either way Postmark ends with exactly one message for the key.
 """
 
+import functools
 import logging
 import socket
 from collections.abc import Iterator
@@ -18,7 +19,7 @@ import pytest
 from digest_pipeline.adapters.mail.postmark import LOOKUP_LAG, PostmarkMailer, metadata_value
 from digest_pipeline.domain.breaker import credentials_refused, recipient_addressing
 from digest_pipeline.domain.failures import FailureClass, SendOutcome
-from digest_pipeline.domain.model import LookupStatus, Message, message_id_for
+from digest_pipeline.domain.model import LookupStatus, message_id_for
 from digest_pipeline.domain.policy import DeliveryPolicy
 from digest_pipeline.domain.states import DeliveryState
 from digest_pipeline.rigs.servers.postmark_server import (
@@ -41,10 +42,15 @@ from digest_pipeline.wiring import build_mailer
 from digest_pipeline_tests.builders import email_of, key_of, make_deliverer, seed_period, state_of
 from digest_pipeline_tests.conftest import T0, W42
 from digest_pipeline_tests.fakes import FakeLedger, FixedClock
+from digest_pipeline_tests.integration.provider_messages import DATE_HEADER, send
+from digest_pipeline_tests.integration.provider_messages import message as provider_message
 
 #: the client's timeouts: long enough for loopback, short enough that a hang costs little
 TIMEOUT = 0.4
 POLICY = DeliveryPolicy()
+
+#: every message carries a `Date`, which the mailer must leave to Postmark
+message = functools.partial(provider_message, extra=(DATE_HEADER,))
 
 
 def settings_for(url: str, token: str, *, stream: str = "broadcast") -> ProviderSettings:
@@ -55,27 +61,6 @@ def settings_for(url: str, token: str, *, stream: str = "broadcast") -> Provider
         idempotency_window=timedelta(hours=24),
         message_stream=stream,
     )
-
-
-def message(n: int = 1, *, html: str | None = "<p>Your picks</p>") -> Message:
-    key = key_of(n)
-    return Message(
-        key=key,
-        recipient=email_of(n),
-        sender="digest@example.com",
-        subject=f"Your weekly picks ({key.period})",
-        text="Your picks",
-        html=html,
-        headers=(
-            ("Message-ID", message_id_for(key)),
-            ("X-Digest-Operation-Key", str(key)),
-            ("Date", "Mon, 19 Oct 2026 06:00:00 +0000"),
-        ),
-    )
-
-
-def send(mailer: PostmarkMailer, msg: Message) -> SendOutcome:
-    return mailer.send(msg, idempotency_key=str(msg.key))
 
 
 @pytest.fixture

@@ -5,6 +5,7 @@ Every row of the mailer's fault table maps to its failure class; a send whose an
 holds exactly one message for the key. Assertions are about messages per key at the server.
 """
 
+import functools
 import logging
 import socket
 import time
@@ -17,7 +18,6 @@ import pytest
 from digest_pipeline.adapters.mail.sendgrid import SendGridMailer
 from digest_pipeline.domain.breaker import credentials_refused
 from digest_pipeline.domain.failures import FailureClass, SendOutcome
-from digest_pipeline.domain.model import Message, message_id_for
 from digest_pipeline.domain.policy import DeliveryPolicy
 from digest_pipeline.domain.states import DeliveryState
 from digest_pipeline.rigs.servers.provider_actions import (
@@ -34,9 +34,18 @@ from digest_pipeline.settings import ProviderSettings
 from digest_pipeline_tests.builders import email_of, key_of, make_deliverer, seed_period, state_of
 from digest_pipeline_tests.conftest import T0, W42
 from digest_pipeline_tests.fakes import FakeLedger, FixedClock
+from digest_pipeline_tests.integration.provider_messages import DATE_HEADER, send
+from digest_pipeline_tests.integration.provider_messages import message as provider_message
 
 TIMEOUT = 0.4
 POLICY = DeliveryPolicy()
+
+#: a named sender, and headers SendGrid stamps itself (`Date`) beside one it must carry
+message = functools.partial(
+    provider_message,
+    sender="Linden Home <digest@example.com>",
+    extra=(DATE_HEADER, ("List-Unsubscribe-Post", "List-Unsubscribe=One-Click")),
+)
 
 
 def settings_for(url: str, api_key: str) -> ProviderSettings:
@@ -44,28 +53,6 @@ def settings_for(url: str, api_key: str) -> ProviderSettings:
     return ProviderSettings(
         url=url, api_key=api_key, timeout_seconds=TIMEOUT, idempotency_window=timedelta(0)
     )
-
-
-def message(n: int = 1, *, html: str | None = "<p>Your picks</p>") -> Message:
-    key = key_of(n)
-    return Message(
-        key=key,
-        recipient=email_of(n),
-        sender="Linden Home <digest@example.com>",
-        subject=f"Your weekly picks ({key.period})",
-        text="Your picks",
-        html=html,
-        headers=(
-            ("Message-ID", message_id_for(key)),
-            ("X-Digest-Operation-Key", str(key)),
-            ("Date", "Mon, 19 Oct 2026 06:00:00 +0000"),
-            ("List-Unsubscribe-Post", "List-Unsubscribe=One-Click"),
-        ),
-    )
-
-
-def send(mailer: SendGridMailer, msg: Message) -> SendOutcome:
-    return mailer.send(msg, idempotency_key=str(msg.key))
 
 
 @pytest.fixture
