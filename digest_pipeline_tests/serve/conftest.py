@@ -8,7 +8,7 @@ fixed clock, so a signed webhook's timestamp is fresh or stale exactly as a test
 
 import base64
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
@@ -114,14 +114,23 @@ def deliver_week(
 
 @contextmanager
 def running(
-    engine: Engine, clock: FixedClock, mailer: FakeMailer, limits: ServeLimits | None = None
+    engine: Engine,
+    clock: FixedClock,
+    mailer: FakeMailer,
+    limits: ServeLimits | None = None,
+    *,
+    webhook_keys: Mapping[str, tuple[bytes, ...]] | None = None,
 ) -> Iterator[Site]:
-    """The application on `engine` under uvicorn on a free loopback port, under `limits`."""
+    """The application on `engine` under uvicorn on a free loopback port, under `limits`.
+
+    It trusts `webhook_keys` (as `Settings.webhook_keys` reads them), Resend's test key unless
+    given.
+    """
     ledger = SqlLedger(engine)
     app = build_app(
         config=ServeConfig(
             unsubscribe_secret=SECRET,
-            webhook_keys={"resend": (WEBHOOK_KEY,)},
+            webhook_keys={"resend": (WEBHOOK_KEY,)} if webhook_keys is None else webhook_keys,
             ledger_threads=concurrent_callers(engine),
         ),
         store=SqlFeedbackStore(engine),

@@ -13,19 +13,17 @@ import httpx
 import pytest
 from sqlalchemy import Engine
 
-from digest_pipeline.adapters.sql.feedback import SqlFeedbackStore, concurrent_callers
+from digest_pipeline.adapters.sql.feedback import SqlFeedbackStore
 from digest_pipeline.adapters.sql.ledger import SqlLedger
 from digest_pipeline.domain.feedback import EventType, InvalidEvent
 from digest_pipeline.domain.postmark_events import parse_postmark_event
 from digest_pipeline.domain.states import DeliveryState
 from digest_pipeline.rigs.servers.postmark_server import PostmarkServer
-from digest_pipeline.serve.app import ServeConfig, build_app
-from digest_pipeline.serve.server import BackgroundServer
 from digest_pipeline.settings import load_settings
 from digest_pipeline_tests.builders import customer_id, key_of
 from digest_pipeline_tests.conftest import SQL_BACKENDS, T0
 from digest_pipeline_tests.fakes import FixedClock
-from digest_pipeline_tests.serve.conftest import SECRET, deliver_week
+from digest_pipeline_tests.serve.conftest import deliver_week, running
 
 CREDENTIALS = "postmark-hooks:a-long-webhook-password"
 
@@ -63,24 +61,12 @@ def endpoint(
 ) -> Iterator[Endpoint]:
     engine = sql_engine_factory(request.param)
     clock = FixedClock(T0)
-    deliver_week(engine, clock, 5, unknown=(4, 5))
+    mailer, _ = deliver_week(engine, clock, 5, unknown=(4, 5))
     # the credentials as `digest serve` reads them from DIGEST_WEBHOOK_SECRETS
     env = {"DIGEST_WEBHOOK_SECRETS": f"postmark={CREDENTIALS}"}
     keys = load_settings(env, Path(".")).webhook_keys()
-    ledger = SqlLedger(engine)
-    app = build_app(
-        config=ServeConfig(
-            unsubscribe_secret=SECRET,
-            webhook_keys=keys,
-            ledger_threads=concurrent_callers(engine),
-        ),
-        store=SqlFeedbackStore(engine),
-        ledger=ledger,
-        queue=ledger,
-        clock=clock,
-    )
-    with BackgroundServer(app) as server, PostmarkServer() as postmark:
-        yield Endpoint(server.url, engine, postmark)
+    with running(engine, clock, mailer, webhook_keys=keys) as site, PostmarkServer() as postmark:
+        yield Endpoint(site.url, engine, postmark)
 
 
 def test_delivery_settles_an_unknown_item_as_sent(endpoint: Endpoint) -> None:

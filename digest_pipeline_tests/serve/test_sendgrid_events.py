@@ -15,17 +15,15 @@ import httpx
 import pytest
 from sqlalchemy import Engine
 
-from digest_pipeline.adapters.sql.feedback import SqlFeedbackStore, concurrent_callers
+from digest_pipeline.adapters.sql.feedback import SqlFeedbackStore
 from digest_pipeline.adapters.sql.ledger import SqlLedger
 from digest_pipeline.adapters.webhooks.sendgrid import SIGNATURE_HEADER, TIMESTAMP_HEADER
 from digest_pipeline.domain.states import DeliveryState
-from digest_pipeline.serve.app import ServeConfig, build_app
-from digest_pipeline.serve.server import BackgroundServer
 from digest_pipeline.settings import load_settings
 from digest_pipeline_tests.builders import customer_id, key_of
 from digest_pipeline_tests.conftest import SQL_BACKENDS, T0
 from digest_pipeline_tests.fakes import FixedClock
-from digest_pipeline_tests.serve.conftest import SECRET, deliver_week
+from digest_pipeline_tests.serve.conftest import deliver_week, running
 from digest_pipeline_tests.unit.sendgrid_signing import (
     OTHER,
     PRIVATE,
@@ -74,23 +72,12 @@ def endpoint(
 ) -> Iterator[Endpoint]:
     engine = sql_engine_factory(request.param)
     clock = FixedClock(T0)
-    deliver_week(engine, clock, 5, unknown=(4, 5))
+    mailer, _ = deliver_week(engine, clock, 5, unknown=(4, 5))
     # the verification key as `digest serve` reads it from DIGEST_WEBHOOK_SECRETS
-    keys = load_settings(
-        {"DIGEST_WEBHOOK_SECRETS": f"sendgrid={PUBLIC_TEXT}"}, Path(".")
-    ).webhook_keys()
-    ledger = SqlLedger(engine)
-    app = build_app(
-        config=ServeConfig(
-            unsubscribe_secret=SECRET, webhook_keys=keys, ledger_threads=concurrent_callers(engine)
-        ),
-        store=SqlFeedbackStore(engine),
-        ledger=ledger,
-        queue=ledger,
-        clock=clock,
-    )
-    with BackgroundServer(app) as server:
-        yield Endpoint(server.url, engine)
+    env = {"DIGEST_WEBHOOK_SECRETS": f"sendgrid={PUBLIC_TEXT}"}
+    keys = load_settings(env, Path(".")).webhook_keys()
+    with running(engine, clock, mailer, webhook_keys=keys) as site:
+        yield Endpoint(site.url, engine)
 
 
 def test_a_signed_batch_settles_unknown_items_and_suppresses_a_hard_bounce(endpoint):
