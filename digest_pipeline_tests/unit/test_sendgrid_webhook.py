@@ -3,8 +3,8 @@
 Requests are signed here as SendGrid signs them (ECDSA P-256, SHA-256, over `timestamp + body`,
 base64 DER), with a key pair generated per test run, and every verdict is cross-checked with
 `sendgrid.helpers.eventwebhook.EventWebhook.verify_signature`. The one place the two differ by
-design: SendGrid's helper checks no time, so a correctly signed stale request passes it and is
-refused here (`EXPIRED`).
+design: SendGrid's helper checks no time, so a correctly signed request older than SendGrid's
+retry period, or from the future, passes it and is refused here (`EXPIRED`).
 """
 
 import base64
@@ -16,6 +16,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from sendgrid.helpers.eventwebhook import EventWebhook
 
 from digest_pipeline.adapters.webhooks.sendgrid import (
+    RETRY_PERIOD,
     SIGNATURE_HEADER,
     TIMESTAMP_HEADER,
     EventBatch,
@@ -69,6 +70,10 @@ def sendgrids(timestamp: str, signature: str, body: bytes) -> bool:
     return verified
 
 
+#: one second past SendGrid's retry period
+PAST = int(RETRY_PERIOD.total_seconds()) + 1
+
+
 def stale(seconds: int) -> str:
     return str(int(NOW.timestamp()) - seconds)
 
@@ -99,14 +104,23 @@ class TestSignatureAgreesWithSendGridsHelper:
             pytest.param(
                 STAMP, sign(OTHER, STAMP, BODY), BODY, False, Verdict.FORGED, id="another-key"
             ),
-            # SendGrid's helper checks no time: a replayed request it signed passes it
+            # SendGrid's helper checks no time: a request signed before its retry period passes it
             pytest.param(
-                stale(301),
-                sign(PRIVATE, stale(301), BODY),
+                stale(PAST),
+                sign(PRIVATE, stale(PAST), BODY),
                 BODY,
                 True,
                 Verdict.EXPIRED,
-                id="stale-accepted-by-the-helper-refused-by-the-window",
+                id="older-than-the-retry-period-accepted-by-the-helper-refused-here",
+            ),
+            # a retry signed when the batch was first sent, hours ago, is still SendGrid's
+            pytest.param(
+                stale(PAST - 1),
+                sign(PRIVATE, stale(PAST - 1), BODY),
+                BODY,
+                True,
+                Verdict.ACCEPTED,
+                id="a-retry-at-the-end-of-the-retry-period",
             ),
             pytest.param(
                 stale(-301),
@@ -117,12 +131,12 @@ class TestSignatureAgreesWithSendGridsHelper:
                 id="from-the-future",
             ),
             pytest.param(
-                stale(300),
-                sign(PRIVATE, stale(300), BODY),
+                stale(-300),
+                sign(PRIVATE, stale(-300), BODY),
                 BODY,
                 True,
                 Verdict.ACCEPTED,
-                id="at-the-edge-of-the-window",
+                id="ahead-at-the-edge-of-the-tolerance",
             ),
         ],
     )

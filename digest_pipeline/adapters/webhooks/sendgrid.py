@@ -5,8 +5,8 @@ text followed by the exact request bytes) with ECDSA over P-256 and SHA-256, and
 base64 DER signature in `X-Twilio-Email-Event-Webhook-Signature`. The verification key is the
 base64 DER (SubjectPublicKeyInfo) public key shown in SendGrid's Mail Settings. A request is
 accepted only when the signature verifies under one configured key (two during a rotation) and
-its timestamp lies within the replay window of `now`; `now` is handed in, never read here, and
-the verdicts are `webhooks.Verdict`'s. The one dependency beyond the standard library is
+its timestamp is at most `tolerance` ahead of `now` and at most `RETRY_PERIOD` behind it (below);
+`now` is handed in, never read here, and the verdicts are `webhooks.Verdict`'s. The one dependency beyond the standard library is
 `cryptography` (a project dependency), for the elliptic-curve arithmetic alone.
 
 A batch is a JSON array of events. Each event is read on its own (`parse_batch`): one that
@@ -80,6 +80,11 @@ SIGNATURE_HEADER = "x-twilio-email-event-webhook-signature"
 TIMESTAMP_HEADER = "x-twilio-email-event-webhook-timestamp"
 #: the public key type `verify` checks against
 VerificationKey = ec.EllipticCurvePublicKey
+#: how far behind `now` a signed timestamp may be: SendGrid retries a batch for up to 24 hours
+#: after the event, and its documentation does not say that a retry is signed anew. A window
+#: shorter than that could refuse every retry of a batch that settles an `unknown` item; a batch
+#: replayed inside it records nothing twice, since each event is applied once per `sg_event_id`.
+RETRY_PERIOD = timedelta(hours=25)
 #: Unix seconds, as SendGrid writes them
 _TIMESTAMP = re.compile(r"[0-9]{1,12}")
 #: a DER ECDSA P-256 signature is at most 72 bytes: 96 base64 characters (a little slack)
@@ -149,8 +154,9 @@ def verify(
     """Checks the signature against every key and the timestamp against `now`.
 
     MISSING: a header is absent or the timestamp is not Unix seconds; EXPIRED: the timestamp is
-    outside `tolerance` of `now` (checked before any signature, so a replay costs no curve
-    arithmetic); FORGED: the signature is not base64 or verifies under no key.
+    more than `tolerance` ahead of `now` or more than `max(tolerance, RETRY_PERIOD)` behind it
+    (checked before any signature, so a replay costs no curve arithmetic); FORGED: the signature
+    is not base64 or verifies under no key.
     """
     if (
         request.timestamp is None
@@ -159,7 +165,8 @@ def verify(
     ):
         return Verdict.MISSING
     # compared as seconds: a far-off stamp must be refused, not overflow a datetime
-    if abs(now.timestamp() - int(request.timestamp)) > tolerance.total_seconds():
+    age = now.timestamp() - int(request.timestamp)
+    if age > max(tolerance, RETRY_PERIOD).total_seconds() or -age > tolerance.total_seconds():
         return Verdict.EXPIRED
     text = request.signature.strip()
     if len(text) > _MAX_SIGNATURE_CHARS:
