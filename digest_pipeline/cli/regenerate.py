@@ -21,6 +21,7 @@ from digest_pipeline.cli.context import (
     emit_json,
     parse_period,
     require_operator,
+    require_reason,
     table,
 )
 from digest_pipeline.services.regenerate import RegenerateReport, regenerate_period
@@ -68,7 +69,7 @@ def as_json(report: RegenerateReport, operator: str) -> dict[str, object]:
 def run_regenerate(ctx: Context, args: argparse.Namespace) -> int:
     """Checks the request, then regenerates (or, with --dry-run, counts)."""
     period = parse_period(ctx, args.period)
-    if not args.reason.strip():
+    if not require_reason(args.reason).strip():
         raise UsageError("--reason must say why")
     operator = require_operator(ctx, args.operator)
     report = regenerate_period(

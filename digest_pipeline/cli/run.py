@@ -72,8 +72,10 @@ def _check_window(ctx: Context, period: Period, args: argparse.Namespace) -> str
     """
     policy, now = ctx.settings.policy, ctx.now()
     if not args.deliver_late:
-        if args.reason is not None:
-            raise UsageError("--reason is only used with --deliver-late")
+        # either one alone would be silently ignored: the run would not be the late run asked for
+        for flag, given in (("--reason", args.reason), ("--operator", args.operator)):
+            if given is not None:
+                raise UsageError(f"{flag} is only used with --deliver-late")
         late.require_deliverable(ctx.ledger, policy, period, now)
         return None
     if not (args.reason or "").strip():

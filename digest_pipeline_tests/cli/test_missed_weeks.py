@@ -61,6 +61,7 @@ def test_a_missed_week_is_refused_in_one_line_and_nothing_is_recorded(seeded):
         (["--deliver-late"], "--deliver-late needs --reason TEXT"),
         (["--deliver-late", "--reason", "  "], "--deliver-late needs --reason TEXT"),
         (["--reason", "why"], "--reason is only used with --deliver-late"),
+        (["--operator", "ops-anna"], "--operator is only used with --deliver-late"),
     ],
 )
 def test_a_late_run_needs_a_reason_and_a_reason_needs_a_late_run(seeded, extra, message):

@@ -74,6 +74,18 @@ CASES: dict[str, tuple[list[str], dict[str, str], tuple[str, ...], str]] = {
         BOTH_FILES,
         "--reason is only used with --deliver-late",
     ),
+    "run-stray-operator": (
+        ["run", "--period", MISSED, "--operator", "alice"],
+        {},
+        BOTH_FILES,
+        "--operator is only used with --deliver-late",
+    ),
+    "regenerate-bad-reason-on-an-empty-ledger": (
+        ["regenerate", "--period", MISSED, "--reason", "fixed\x1b[2J"],
+        {},
+        BOTH_FILES,
+        "--reason holds a control",
+    ),
     "run-bad-reason": (
         ["run", "--period", MISSED, "--deliver-late", "--reason", "down\x1b[2J"],
         {},

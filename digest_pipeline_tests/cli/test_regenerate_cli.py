@@ -8,6 +8,7 @@ digest, once, and the audit trail says who regenerated and why.
 import re
 from datetime import timedelta
 
+import pytest
 from sqlalchemy import insert, update
 
 from digest_pipeline.adapters.mail.outbox import OutboxMailer
@@ -120,11 +121,12 @@ def test_the_dry_run_names_the_excluded_products_while_the_catalogue_is_still_ba
     assert world.dump() == before
 
 
-def test_a_blank_reason_is_refused_and_nothing_changes(world):
+@pytest.mark.parametrize("reason", [" ", "fixed\x1b[2J"], ids=["blank", "control-character"])
+def test_a_blank_or_unprintable_reason_is_refused_and_nothing_changes(world, reason):
     broken_week(world)
     before = world.dump()
 
-    run = world.cli("regenerate", "--period", "2026-W42", "--reason", " ")
+    run = world.cli("regenerate", "--period", "2026-W42", "--reason", reason)
 
     assert (run.code, run.out) == (2, "")
     assert run.err.startswith("digest regenerate: error: --reason")
