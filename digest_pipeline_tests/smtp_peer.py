@@ -5,7 +5,8 @@ of DATA, hang after the body or drop the connection after the body. In the last 
 message *is* stored first, which is exactly the ambiguity the client must report as `unknown`.
 
 Use the `smtp_peer` fixture (import `smtp_peer_fixture` into the test module), or
-`with SmtpPeer(...) as peer:` for TLS, AUTH or several peers.
+`with SmtpPeer(...) as peer:` for TLS, AUTH (whose login `revoke_login` then refuses) or several
+peers.
 """
 
 import asyncio
@@ -119,6 +120,7 @@ class SmtpPeer:
         self._scripts: dict[str, list[Any]] = {}
         self._servers: list[SMTP] = []
         self._credentials = credentials
+        self._revoked = False
         kwargs: dict[str, Any] = {
             "server_hostname": "peer.test",
             "ready_timeout": 5.0,
@@ -137,6 +139,14 @@ class SmtpPeer:
         """From now on answer `recipient` with `action` (the next `times` transactions only)."""
         with self._lock:
             self._scripts[recipient.lower()] = [action, times]
+
+    def revoke_login(self) -> None:
+        """From now on refuse every login (535 5.7.8), as a relay does once its password changed.
+
+        Only a peer made with `credentials` offers AUTH; sessions already logged in stay so.
+        """
+        with self._lock:
+            self._revoked = True
 
     @property
     def messages(self) -> list[Received]:
@@ -219,7 +229,8 @@ class SmtpPeer:
     ) -> AuthResult:
         login = getattr(data, "login", b"").decode("utf-8", "replace")
         password = getattr(data, "password", b"").decode("utf-8", "replace")
-        ok = (login, password) == self._credentials
+        with self._lock:
+            ok = (login, password) == self._credentials and not self._revoked
         return AuthResult(success=ok, handled=False, auth_data=data if ok else None)
 
 

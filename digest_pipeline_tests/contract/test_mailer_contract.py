@@ -1,30 +1,26 @@
 """The mailer contract, run unchanged over the fake and every real mailer.
 
-Each real mailer runs against a real peer on loopback (a Maildir, an HTTP provider server, an
-SMTP server), and the peer's own store, not the mailer, says how many messages were delivered.
+Each real mailer runs against a real peer on loopback (a Maildir, the Resend-style, Postmark and
+SendGrid HTTP servers, an SMTP relay), started by its rig (mailer_rigs.py), and the peer's own
+store, not the mailer, says how many messages were delivered. The rigs' faults are in
+test_mailer_faults_contract.py, their lost answers and reconciliation in
+test_mailer_reconcile_contract.py.
 """
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from datetime import timedelta
 from pathlib import Path
 
 import pytest
 
-from digest_pipeline.adapters.mail.http import HttpProviderMailer
-from digest_pipeline.adapters.mail.outbox import OutboxMailer, stored_key
-from digest_pipeline.adapters.mail.smtp import SmtpMailer
 from digest_pipeline.domain.failures import FailureClass
 from digest_pipeline.domain.model import LookupStatus, Message, message_id_for
 from digest_pipeline.domain.periods import OperationKey
 from digest_pipeline.ports import Mailer
-from digest_pipeline.rigs.servers.provider_server import ProviderServer
-from digest_pipeline.settings import ProviderSettings, SmtpSettings
 from digest_pipeline_tests.conftest import W42
-from digest_pipeline_tests.fakes import FakeMailer
-from digest_pipeline_tests.smtp_peer import SmtpPeer
+from digest_pipeline_tests.contract.mailer_rigs import PEER_RIGS, RIGS
 
-MAILERS = ["fake", "outbox", "http", "smtp"]
+MAILERS = list(RIGS)
 
 
 @dataclass
@@ -36,26 +32,8 @@ class UnderTest:
 
 @pytest.fixture(params=MAILERS)
 def under_test(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[UnderTest]:
-    kind = request.param
-    if kind == "fake":
-        fake = FakeMailer()
-        yield UnderTest(fake, fake.deliveries_for)
-    elif kind == "outbox":
-        outbox = OutboxMailer(tmp_path / "outbox")
-        # a file is a key's delivery when it names the key, whatever the file is called
-        yield UnderTest(outbox, lambda key: sum(stored_key(p) == key for p in outbox.stored()))
-    elif kind == "http":
-        with ProviderServer() as server:
-            settings = ProviderSettings(server.url, server.api_key, 2.0, timedelta(hours=24))
-            with HttpProviderMailer(settings) as http:
-                yield UnderTest(http, server.delivered_count)
-    else:
-        with SmtpPeer() as peer:
-            smtp = SmtpMailer(SmtpSettings("127.0.0.1", peer.port, None, None, "none", 2.0))
-            try:
-                yield UnderTest(smtp, peer.delivered_count)
-            finally:
-                smtp.close()
+    with RIGS[request.param](tmp_path) as rig:
+        yield UnderTest(rig.mailer(), lambda key: rig.held(OperationKey.parse(key)))
 
 
 def message(n: int = 1, subject: str = "Your picks", customer: str = "customer") -> Message:
@@ -125,7 +103,7 @@ def test_keys_differing_only_in_letter_case_are_distinct_messages(under_test):
         assert under_test.mailer.lookup(str(upper.key)).status is LookupStatus.FOUND
 
 
-@pytest.mark.parametrize("under_test", ["outbox", "http", "smtp"], indirect=True)
+@pytest.mark.parametrize("under_test", ["outbox", *PEER_RIGS], indirect=True)
 def test_a_header_injection_attempt_is_permanent_and_delivers_nothing(under_test):
     msg = message(subject="hi\r\nBcc: x@evil.example")
     outcome = send(under_test.mailer, msg)

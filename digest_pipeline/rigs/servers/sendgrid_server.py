@@ -13,12 +13,24 @@ It is scripted per operation key with provider_actions.py's vocabulary, read the
 the message, then answers only after `s` seconds (past the client's timeout); `store_then_drop`
 stores it and closes the connection; `malformed_success` stores it and answers 202 without
 `X-Message-Id`.
+
+Like SendGrid's Signed Event Webhook it can tell an endpoint what became of a message:
+`send_event` POSTs a batch of one event about a key's first message, signed with the server's
+own ECDSA P-256 key, whose public half `event_verification_key` gives as SendGrid's Mail
+Settings show it.
 """
 
+import base64
+import itertools
 import json
 import socket
 import time
 from typing import Any
+
+import httpx
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 from digest_pipeline.rigs.servers.loopback import (
     LoopbackHandler,
@@ -56,6 +68,12 @@ _MESSAGES = {
     500: "internal error",
 }
 _HELP = "https://docs.sendgrid.com/api-reference/mail-send/errors"
+#: the Signed Event Webhook's headers, spelled as SendGrid sends them (spelled out here rather
+#: than taken from the webhook adapter, so a wrong name there is caught, not copied)
+EVENT_SIGNATURE_HEADER = "X-Twilio-Email-Event-Webhook-Signature"
+EVENT_TIMESTAMP_HEADER = "X-Twilio-Email-Event-Webhook-Timestamp"
+#: what SendGrid appends to a message's `X-Message-Id` in its events' `sg_message_id`
+_EVENT_ID_SUFFIX = ".filterdrecv-5bd4b9c8-1-6543A1B2-3.0"
 
 
 class _Handler(LoopbackHandler):
@@ -127,6 +145,9 @@ class SendGridServer(LoopbackServer):
         self._stored: dict[str, list[dict[str, Any]]] = {}
         self._message_ids: dict[str, list[str]] = {}
         self._next_id = 0
+        #: the Event Webhook's signing key, made on first use (a key pair per server)
+        self._event_key: ec.EllipticCurvePrivateKey | None = None
+        self._event_ids = itertools.count(1)
 
     # -- lifecycle ---------------------------------------------------------------------------
     def _new_httpd(self) -> "_Httpd":
@@ -158,6 +179,52 @@ class SendGridServer(LoopbackServer):
     def received(self) -> list[Received]:
         with self._lock:
             return list(self._received)
+
+    # -- the Signed Event Webhook ------------------------------------------------------------
+    def event_verification_key(self) -> str:
+        """The base64 DER public key of the event signatures (SendGrid's Mail Settings show it)."""
+        public = self._signing_key().public_key()
+        der = public.public_bytes(Encoding.DER, PublicFormat.SubjectPublicKeyInfo)
+        return base64.b64encode(der).decode()
+
+    def send_event(
+        self, url: str, event: str, key: object, *, timestamp: int, event_id: str | None = None
+    ) -> httpx.Response:
+        """POSTs a signed batch of one `event` (`delivered`, `bounce`, …) about `key`'s message.
+
+        As SendGrid's Event Webhook does: the message's `custom_args` are echoed at the top level,
+        `sg_message_id` is its `X-Message-Id` with a filter suffix, and the signature is ECDSA
+        P-256 over the timestamp's text followed by the body. `timestamp` is the signing time in
+        Unix seconds (the endpoint's clock decides whether it is fresh).
+        """
+        with self._lock:
+            ids = self._message_ids.get(str(key))
+            stored = self._stored.get(str(key))
+        if not ids or not stored:
+            raise ValueError(f"no message of {key} was accepted")
+        entry: dict[str, Any] = {
+            "email": stored[0]["personalizations"][0]["to"][0]["email"],
+            "timestamp": timestamp,
+            "event": event,
+            "sg_event_id": event_id or f"sgev{next(self._event_ids):012d}",
+            "sg_message_id": ids[0] + _EVENT_ID_SUFFIX,
+            **stored[0].get("custom_args", {}),
+        }
+        body = json.dumps([entry]).encode()
+        stamp = str(timestamp)
+        signature = self._signing_key().sign(stamp.encode() + body, ec.ECDSA(hashes.SHA256()))
+        headers = {
+            "Content-Type": "application/json",
+            EVENT_TIMESTAMP_HEADER: stamp,
+            EVENT_SIGNATURE_HEADER: base64.b64encode(signature).decode(),
+        }
+        return httpx.post(url, content=body, headers=headers, timeout=10.0)
+
+    def _signing_key(self) -> ec.EllipticCurvePrivateKey:
+        with self._lock:
+            if self._event_key is None:
+                self._event_key = ec.generate_private_key(ec.SECP256R1())
+            return self._event_key
 
     # -- the handler's side ------------------------------------------------------------------
     def _handle(self, h: _Handler) -> None:
