@@ -33,15 +33,17 @@ from digest_pipeline.domain.policy import MAX_SEND_RATE, MIN_SEND_RATE, Delivery
 from digest_pipeline.domain.retry import RetryPolicy
 from digest_pipeline.domain.unsubscribe import DEMO_UNSUBSCRIBE_SECRET
 from digest_pipeline.domain.webhooks import DEFAULT_TOLERANCE
+from digest_pipeline.ses_settings import SesSettings, read_ses
 from digest_pipeline.setting_values import DATABASE_SCHEMES as DATABASE_SCHEMES
 from digest_pipeline.setting_values import InvalidSetting as InvalidSetting
 from digest_pipeline.setting_values import check_database_url, read_value
 from digest_pipeline.shop_settings import ShopSettings, read_shop
+from digest_pipeline.sns_settings import SnsSettings, read_sns
 from digest_pipeline.source_settings import SourceSettings, read_source
 from digest_pipeline.webhook_settings import WebhookSecret, read_webhook_secrets
 
 T = TypeVar("T")
-MAILERS = ("outbox", "smtp", "http", "postmark", "sendgrid")
+MAILERS = ("outbox", "smtp", "http", "postmark", "sendgrid", "ses")
 #: other names `DIGEST_MAILER` accepts, for the mailer they stand for
 MAILER_ALIASES = {"resend": "http"}
 #: `DIGEST_PROVIDER_URL` when unset, by mailer (the Resend-style `http` has no default)
@@ -55,12 +57,13 @@ DEFAULT_PROVIDER_URLS = {
 #: crash leaves is settled by lookup.
 #: what a provider calls the credential `DIGEST_PROVIDER_API_KEY` holds
 _KEY_NAMES = {"postmark": "the Postmark server token", "sendgrid": "the SendGrid API key"}
-DEFAULT_CONCURRENCY = {"outbox": 256, "smtp": 16, "http": 16, "postmark": 16, "sendgrid": 16}
+DEFAULT_CONCURRENCY = {m: 256 if m == "outbox" else 16 for m in MAILERS}
 #: `DIGEST_BATCH_SIZE` when unset: a 100,000-customer week is four delivery steps. A step in a
 #: process of its own (multiprocess, Celery) costs seconds to start and Dagster's rows, and the
 #: steps that run at once share the remaining due items through their claims (README).
 DEFAULT_BATCH_SIZE = 25_000
 _DAY = 86_400.0
+_TIMEOUT = timedelta(seconds=10)  # `DIGEST_PROVIDER_TIMEOUT_SECONDS` when unset
 #: (least, most) seconds each duration accepts. The upper bounds keep `now + value` far from
 #: datetime's year 9999 and a lease or retry inside a month; windows stop at a leap year.
 SECONDS_RANGES: dict[str, tuple[float, float]] = {
@@ -166,6 +169,7 @@ class Settings:
     unsubscribe_secret_previous: str | None = field(default=None, repr=False)
     smtp: SmtpSettings | None = None
     provider: ProviderSettings | None = None
+    ses: SesSettings | None = None  # `DIGEST_SES_*` and AWS credentials: ses_settings.py
     #: who may resolve and replay (`DIGEST_OPERATORS`, comma-separated); empty: anyone
     operators: frozenset[str] = frozenset()
     #: consecutive same-code failures that stop a delivery run (`DIGEST_BREAKER_THRESHOLD`; 0: off)
@@ -174,6 +178,8 @@ class Settings:
     webhook_secrets: tuple[WebhookSecret, ...] = field(default=(), repr=False)
     #: the replay window of a signed webhook (`DIGEST_WEBHOOK_TOLERANCE_SECONDS`)
     webhook_tolerance: timedelta = DEFAULT_TOLERANCE
+    #: `/events/ses`: the SNS topics and certificate hosts it trusts (sns_settings.py)
+    sns: SnsSettings | None = None
     #: processes that deliver one batch step's items (`DIGEST_DELIVERY_PROCESSES`)
     delivery_processes: int = 1
     serve_limits: ServeLimits = field(default_factory=ServeLimits)
@@ -379,9 +385,7 @@ def _provider(env: Mapping[str, str], mailer: str) -> ProviderSettings | None:
     return ProviderSettings(
         url=url,
         api_key=key,
-        timeout_seconds=_duration(
-            env, "DIGEST_PROVIDER_TIMEOUT_SECONDS", timedelta(seconds=10)
-        ).total_seconds(),
+        timeout_seconds=_duration(env, "DIGEST_PROVIDER_TIMEOUT_SECONDS", _TIMEOUT).total_seconds(),
         idempotency_window=_duration(
             env, "DIGEST_PROVIDER_IDEMPOTENCY_WINDOW_SECONDS", timedelta(hours=24)
         ),
@@ -459,12 +463,16 @@ def load_settings(env: Mapping[str, str], root: Path) -> Settings:
         ),
         smtp=_smtp(env, mailer == "smtp", sender),
         provider=_provider(env, mailer),
+        ses=read_ses(env, duration("DIGEST_PROVIDER_TIMEOUT_SECONDS", _TIMEOUT))
+        if mailer == "ses"
+        else None,
         operators=frozenset(
             name.strip() for name in env.get("DIGEST_OPERATORS", "").split(",") if name.strip()
         ),
         breaker_threshold=whole("DIGEST_BREAKER_THRESHOLD", DEFAULT_THRESHOLD),
         webhook_secrets=_webhook_secrets(env),
         webhook_tolerance=duration("DIGEST_WEBHOOK_TOLERANCE_SECONDS", DEFAULT_TOLERANCE),
+        sns=read_sns(env),
         delivery_processes=whole("DIGEST_DELIVERY_PROCESSES", 1),
         serve_limits=ServeLimits(
             duration("DIGEST_SERVE_HEADER_TIMEOUT_SECONDS", serve.header_timeout),

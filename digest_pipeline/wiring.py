@@ -43,6 +43,13 @@ def build_mailer(settings: Settings) -> Mailer:
     if settings.mailer == "sendgrid":
         assert settings.provider is not None
         return SendGridMailer(settings.provider)
+    if settings.mailer == "ses":
+        # boto3 takes a tenth of a second to import: only an SES install pays for it
+        from digest_pipeline.adapters.mail.ses import SesMailer
+
+        assert settings.ses is not None
+        # a connection for each send a step keeps in flight
+        return SesMailer(settings.ses, max_connections=settings.concurrency)
     return OutboxMailer(settings.outbox_dir)
 
 

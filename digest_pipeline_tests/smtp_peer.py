@@ -12,7 +12,6 @@ peers.
 import asyncio
 import email.policy
 import shutil
-import socket
 import ssl
 import subprocess
 import threading
@@ -26,6 +25,7 @@ import pytest
 from aiosmtpd.controller import Controller
 from aiosmtpd.smtp import SMTP, AuthResult
 
+from digest_pipeline.rigs.servers.loopback import free_port as _free_port
 from digest_pipeline.settings import SmtpSettings
 
 #: reply texts with RFC 3463 enhanced codes; `{rcpt}` shows the address is echoed, as relays do
@@ -91,13 +91,6 @@ def loopback_settings(port: int, **overrides: Any) -> SmtpSettings:
         "timeout_seconds": 1.0,
     }
     return SmtpSettings(**(values | overrides))
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 class SmtpPeer:

@@ -70,6 +70,7 @@ def run_serve(ctx: Context, args: argparse.Namespace) -> int:
                 webhook_keys=settings.webhook_keys(),
                 webhook_tolerance=settings.webhook_tolerance,
                 ledger_threads=concurrent_callers(engine),
+                sns=settings.sns,
             ),
             store=SqlFeedbackStore(engine, ctx.ledger.instance),
             ledger=ctx.ledger,
@@ -86,7 +87,8 @@ def run_serve(ctx: Context, args: argparse.Namespace) -> int:
         return EXIT_FAILED
     host, port = sock.getsockname()[:2]
     shown = f"[{host}]" if ":" in host else host
-    providers = ", ".join(sorted(settings.webhook_keys())) or "none configured"
+    webhooks = {*settings.webhook_keys(), *(["ses"] if settings.sns else [])}
+    providers = ", ".join(sorted(webhooks)) or "none configured"
     ctx.err.write(f"digest serve: listening on http://{shown}:{port} (webhooks: {providers})\n")
     ctx.err.flush()
     try:

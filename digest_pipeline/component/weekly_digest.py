@@ -61,7 +61,7 @@ class MailerConfig(dg.Resolvable, dg.Model):
     """Which mailer sends, and from where (its secret stays in the environment)."""
 
     kind: str | None = Field(
-        None, description="DIGEST_MAILER: outbox, smtp, http (or resend) or postmark"
+        None, description="DIGEST_MAILER: outbox, smtp, http (or resend), postmark, sendgrid or ses"
     )
     from_address: str | None = Field(None, description="DIGEST_FROM_ADDRESS")
     outbox_dir: str | None = Field(None, description="DIGEST_OUTBOX_DIR")

@@ -25,6 +25,34 @@ DEFAULT_THRESHOLD = 20
 POSTMARK_CREDENTIAL_REFUSALS = ("postmark:401", "postmark:403", "postmark:422:10")
 #: SendGrid's refusals of the API key: HTTP 401 and 403 (adapters/mail/sendgrid.py)
 SENDGRID_CREDENTIAL_REFUSALS = ("sendgrid:401", "sendgrid:403")
+#: Amazon SES's error codes that refuse the credentials or the account's right to send
+#: (adapters/mail/ses.py): a request signed badly or by an unknown, expired or unauthorised key,
+#: a paused or suspended account, an unverified MAIL FROM domain, a missing configuration set
+SES_CREDENTIAL_CODES = frozenset(
+    {
+        "UnrecognizedClientException",
+        "InvalidSignatureException",
+        "SignatureDoesNotMatch",
+        "IncompleteSignature",
+        "IncompleteSignatureException",
+        "MissingAuthenticationToken",
+        "MissingAuthenticationTokenException",
+        "AccessDenied",
+        "AccessDeniedException",
+        "ExpiredToken",
+        "ExpiredTokenException",
+        "InvalidClientTokenId",
+        "SendingPausedException",
+        "AccountSuspendedException",
+        "MailFromDomainNotVerifiedException",
+        "NotFoundException",
+    }
+)
+#: as SES's mailer writes them (`ses:<Code>`), and no credentials found at all
+SES_CREDENTIAL_REFUSALS = (
+    *(f"ses:{c}" for c in sorted(SES_CREDENTIAL_CODES)),
+    "ses:no_credentials",
+)
 #: Reply codes that say the *sender's* credentials were refused (HTTP 401/403; RFC 4954 §6: SMTP
 #: 530 authentication required, 535 credentials invalid): a configuration error, which the
 #: customer did nothing to cause. Matched on the mailers' detail codes (`http:401:invalid_api_key`,
@@ -37,6 +65,7 @@ CREDENTIAL_REFUSALS = (
     "smtp:535",
     *POSTMARK_CREDENTIAL_REFUSALS,
     *SENDGRID_CREDENTIAL_REFUSALS,
+    *SES_CREDENTIAL_REFUSALS,
 )
 #: RFC 3463 §3.2: enhanced status 5.1.x is "addressing status" (unknown user, bad mailbox, bad
 #: destination domain): about that one recipient. A block of them (a stale import whose customer
@@ -127,7 +156,8 @@ class Breaker:
         if credentials_refused(SendOutcome.failed(FailureClass(failure_class), detail)):
             hint = (
                 "the provider refused the sender's credentials (check DIGEST_PROVIDER_API_KEY, "
-                "or DIGEST_SMTP_USERNAME and DIGEST_SMTP_PASSWORD)"
+                "DIGEST_SMTP_USERNAME and DIGEST_SMTP_PASSWORD, or the AWS credentials and the SES "
+                "account's sending status)"
             )
         else:
             hint = "the provider fails every send the same way"

@@ -6,9 +6,10 @@ the same URL only shows a page with a button that makes that POST, since mail sc
 links. `POST /events/{provider}` takes the provider's signed webhook, under `svix-*` or
 `webhook-*` headers (unknown provider 404, signature or replay window 401, body 400), and records
 the event once; Postmark's (`/events/postmark`) carry HTTP basic auth instead of a signature
-(domain/postmark_events.py). Every refusal is decided before the ledger is touched; responses carry no
-customer data. The blocking ledger calls run on worker threads, a bounded number at a time
-(`ServeConfig.ledger_threads`).
+(domain/postmark_events.py); `POST /events/ses` takes Amazon SNS messages carrying SES events,
+verified as AWS documents (adapters/webhooks/sns.py). Every refusal is decided before the ledger
+is touched; responses carry no customer data. The blocking ledger calls run on worker threads, a
+bounded number at a time (`ServeConfig.ledger_threads`).
 """
 
 import functools
@@ -29,6 +30,16 @@ from starlette.routing import Route
 
 from digest_pipeline.adapters.sql.engine import LedgerDatabaseError
 from digest_pipeline.adapters.webhooks import sendgrid
+from digest_pipeline.adapters.webhooks.sns import (
+    MESSAGE_TYPE_HEADER,
+    CertificateUnavailable,
+    Fetcher,
+    FetchFailed,
+    HttpsFetcher,
+    MessageType,
+    SnsVerifier,
+    parse_message,
+)
 from digest_pipeline.domain.errors import DigestError
 from digest_pipeline.domain.feedback import InvalidEvent, ProviderEvent, parse_event
 from digest_pipeline.domain.postmark_events import (
@@ -38,6 +49,8 @@ from digest_pipeline.domain.postmark_events import (
     basic_auth_matches,
     parse_postmark_event,
 )
+from digest_pipeline.domain.ses_events import PROVIDER as SES
+from digest_pipeline.domain.ses_events import parse_ses_event
 from digest_pipeline.domain.unsubscribe import LinkSecrets
 from digest_pipeline.domain.webhooks import DEFAULT_TOLERANCE, Verdict, signed_request, verify
 from digest_pipeline.ports import Clock, FeedbackStore, ReadModel, WorkQueue
@@ -52,6 +65,7 @@ from digest_pipeline.services.feedback import (
     unsubscribe,
 )
 from digest_pipeline.services.logs import log_event
+from digest_pipeline.sns_settings import SnsSettings
 
 T = TypeVar("T")
 #: a one-click body is 26 bytes; a multipart one a few hundred
@@ -60,6 +74,8 @@ MAX_UNSUBSCRIBE_BODY = 8 * 1024
 MAX_EVENT_BODY = 256 * 1024
 #: a SendGrid event batch: up to about 768 KB
 MAX_SENDGRID_BODY = 1024 * 1024
+#: an SNS message: at most 256 KB of message and its envelope
+MAX_SNS_BODY = 320 * 1024
 
 
 @dataclass(frozen=True)
@@ -77,6 +93,10 @@ class ServeConfig:
     #: ledger calls in flight at once (the rest wait their turn in the event loop): 1 for
     #: SQLite, which takes one transaction at a time and would make the others busy-sleep
     ledger_threads: int = 8
+    #: the SNS topics whose SES events `/events/ses` accepts (None: the route is 404)
+    sns: SnsSettings | None = None
+    #: how SNS certificates and subscribe URLs are fetched; None: over verified HTTPS (httpx)
+    sns_fetcher: Fetcher | None = field(default=None, repr=False)
 
 
 def _page(html: str, status: int) -> HTMLResponse:
@@ -112,6 +132,16 @@ class _Endpoints:
         self._sendgrid = tuple(
             sendgrid.parse_verification_key(k.decode("utf-8", "replace"))
             for k in config.webhook_keys.get(sendgrid.PROVIDER, ())
+        )
+        self._sns = (
+            None
+            if config.sns is None
+            else SnsVerifier(
+                topics=config.sns.topic_arns,
+                host_pattern=config.sns.cert_host_pattern,
+                fetcher=config.sns_fetcher or HttpsFetcher(),
+                tolerance=config.webhook_tolerance,
+            )
         )
         self._secrets = LinkSecrets(
             config.unsubscribe_secret,
@@ -226,6 +256,60 @@ class _Endpoints:
                 return _json({"error": "in_progress"}, 409, {"Retry-After": retry})
         return _json({"recorded": len(batch.events), "unread": len(batch.unread)}, 200)
 
+    async def ses_events(self, request: Request) -> Response:
+        """An SNS message from an allowed topic: an SES event recorded once, or a subscription.
+
+        SNS retries only an answer of 500 or more (or none), so everything SNS should send
+        again is a 503: a certificate that cannot be fetched, a confirmation that did not go
+        through, an event being recorded by another request. A refusal is final (401, 400).
+        """
+        if self._sns is None:
+            return _json({"error": "unknown_provider"}, 404)
+        verifier, now = self._sns, self._clock.now()
+        body = await request.body()
+        try:
+            message = parse_message(body, request.headers.get(MESSAGE_TYPE_HEADER))
+        except InvalidEvent as e:
+            return _json({"error": "bad_event", "why": str(e)}, 400)
+        try:
+            # the certificate fetch is blocking I/O, done at most once per certificate URL
+            check = await anyio.to_thread.run_sync(verifier.verify, message, now)
+        except CertificateUnavailable as e:
+            log_event("sns_certificate_unavailable", logging.WARNING, why=e)
+            return _json({"error": "unavailable"}, 503)
+        if check.verdict is not Verdict.ACCEPTED:
+            log_event("webhook_refused", logging.WARNING, provider=SES, why=check.why)
+            return _json({"error": f"signature_{check.verdict.value}"}, 401)
+        if message.type is MessageType.UNSUBSCRIBE_CONFIRMATION:
+            log_event("sns_unsubscribe_confirmation", topic=message.topic_arn)
+            return _json({"outcome": None}, 200)
+        if message.type is MessageType.SUBSCRIPTION_CONFIRMATION:
+            try:
+                await anyio.to_thread.run_sync(verifier.confirm, message)
+            except FetchFailed as e:
+                log_event(
+                    "sns_subscription_failed", logging.WARNING, topic=message.topic_arn, why=e
+                )
+                return _json({"error": "unavailable"}, 503)
+            log_event("sns_subscription_confirmed", topic=message.topic_arn)
+            return _json({"outcome": None}, 200)
+        try:
+            event = parse_ses_event(message.message_id, json.loads(message["Message"]))
+        except (ValueError, RecursionError) as e:
+            why = str(e) if isinstance(e, InvalidEvent) else "the SNS Message is not JSON"
+            return _json({"error": "bad_event", "why": why}, 400)
+        result, outcome = await self._call(
+            record_event, self._store, self._ledger, self._queue, self._clock, event
+        )
+        if result is EventResult.IN_PROGRESS:
+            # a 409 would end SNS's retries: only a 5xx brings the message again
+            retry = str(int(EVENT_LEASE.total_seconds()))
+            return _json({"error": "in_progress"}, 503, {"Retry-After": retry})
+        answer: dict[str, Any] = {"outcome": None if outcome is None else outcome.value}
+        if result is EventResult.DUPLICATE:
+            answer["duplicate"] = True
+        return _json(answer, 200)
+
 
 def build_app(
     *, config: ServeConfig, store: FeedbackStore, ledger: ReadModel, queue: WorkQueue, clock: Clock
@@ -246,6 +330,12 @@ def build_app(
                 _guarded(endpoints.sendgrid_events),
                 methods=["POST"],
                 max_body_size=MAX_SENDGRID_BODY,
+            ),
+            Route(
+                "/events/ses",
+                _guarded(endpoints.ses_events),
+                methods=["POST"],
+                max_body_size=MAX_SNS_BODY,
             ),
             Route(
                 "/events/{provider}",

@@ -10,7 +10,6 @@ digest row's title and links, the SMTP password and the provider's API key.
 """
 
 import logging
-import socket
 from pathlib import Path
 
 import dagster as dg
@@ -24,6 +23,7 @@ from digest_pipeline.adapters.sql.schema import customers, digest_rows, digest_r
 from digest_pipeline.domain.periods import OperationKey, Period
 from digest_pipeline.domain.policy import DeliveryPolicy
 from digest_pipeline.domain.retry import RetryPolicy
+from digest_pipeline.rigs.servers.loopback import free_port as closed_port
 from digest_pipeline.runtime.executor import executor_for
 from digest_pipeline.services.deliver import Deliverer, deliver_due
 from digest_pipeline.services.enqueue import enqueue_period
@@ -45,14 +45,6 @@ UNSUBSCRIBE_SECRET = "unsubscribe-secret-77c2"
 #: the ledger tables an operator or a check reads; the snapshot and content rows hold the
 #: addresses and content by design, until cleanup
 SCANNED_TABLES = ("work_items", "attempts", "dead_letters", "audit_log", "cleanups")
-
-
-def closed_port() -> int:
-    """A loopback port nothing listens on: connections are refused at once."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def dagster_text(home: Path) -> str:

@@ -4,8 +4,9 @@ For each provider without an idempotency key, `digest run` sends a small demo we
 real mailer to the provider's loopback server, which accepts and stores every message and then
 drops the connection before answering: every item is `unknown`. The real `digest serve` process
 then takes the provider's `delivered` events, authenticated the provider's way (SendGrid's ECDSA
-signature, Postmark's basic auth; Postmark's message search is down, so its lookup finds
-nothing), and `digest sweep` cleans up. The provider's store, not the
+signature, Postmark's basic auth; Amazon SES's through SNS, signed as SNS signs and checked
+against a certificate fetched over TLS; Postmark's message search is down, so its lookup finds
+nothing), and `digest sweep` cleans up. SES itself is moto's server behind a fault proxy. The provider's store, not the
 ledger, says that every customer got exactly one message, and the ledger's invariants hold.
 """
 
@@ -14,7 +15,9 @@ import json
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -22,11 +25,22 @@ import pytest
 
 from digest_pipeline.adapters.clock import SystemClock
 from digest_pipeline.adapters.webhooks.sendgrid import SIGNATURE_HEADER, TIMESTAMP_HEADER
+from digest_pipeline.domain.ses_tags import tag_value
 from digest_pipeline.rigs.servers.postmark_server import PostmarkServer, error
 from digest_pipeline.rigs.servers.provider_actions import store_then_drop
 from digest_pipeline.rigs.servers.sendgrid_server import SendGridServer
 from digest_pipeline.rigs.servers.serve_process import ServeProcess
+from digest_pipeline.rigs.servers.ses_server import REGION, SesServer
 from digest_pipeline_tests.cli.conftest import Cli
+from digest_pipeline_tests.sns_signing import (
+    CERT_PATH,
+    TOPIC,
+    loopback_ca_pem,
+    loopback_https,
+    signing_identity,
+    sns_timestamp,
+)
+from digest_pipeline_tests.sns_signing import sign as sns_sign
 from digest_pipeline_tests.unit.sendgrid_signing import PRIVATE, PUBLIC_TEXT, sign
 
 CUSTOMERS = 6
@@ -45,6 +59,8 @@ class Provider:
     lose_answers: Callable[[list[str]], None]
     #: posts the provider's `delivered` event for every stored message to `digest serve`
     deliver_events: Callable[[str], list[httpx.Response]]
+    #: what `digest serve` alone needs besides `env` (the trust of a test CA)
+    serve_env: dict[str, str] = field(default_factory=dict)
 
 
 @contextmanager
@@ -130,7 +146,86 @@ def postmark() -> Iterator[Provider]:
         )
 
 
-PROVIDERS: dict[str, Callable[[], Any]] = {"sendgrid": sendgrid, "postmark": postmark}
+@contextmanager
+def ses(folder: Path) -> Iterator[Provider]:
+    sns = signing_identity()
+    with SesServer() as server, loopback_https() as https:
+        cert_url = https.serve(CERT_PATH, sns.cert_pem)
+        trusted = folder / "test-ca.pem"
+        trusted.write_bytes(loopback_ca_pem())
+
+        def held() -> dict[str, int]:
+            counts: dict[str, int] = {}
+            for message in server.messages():
+                if message.operation_key is not None:
+                    counts[message.operation_key] = counts.get(message.operation_key, 0) + 1
+            return counts
+
+        def lose(keys: list[str]) -> None:
+            for key in keys:
+                server.script(key, store_then_drop())
+
+        def events(serve_url: str) -> list[httpx.Response]:
+            answers = []
+            for n, key in enumerate(sorted(held())):
+                record = {
+                    "eventType": "Delivery",
+                    "mail": {
+                        "timestamp": sns_timestamp(datetime.now(UTC)),
+                        "messageId": server.message_id(key),
+                        "tags": {"operation_key": [tag_value(key)]},
+                    },
+                    "delivery": {"processingTimeMillis": 512, "smtpResponse": "250 2.0.0 OK"},
+                }
+                message = sns_sign(
+                    {
+                        "Type": "Notification",
+                        "MessageId": f"sns-delivery-{n}",
+                        "TopicArn": TOPIC,
+                        "Message": json.dumps(record),
+                        "Timestamp": sns_timestamp(datetime.now(UTC)),
+                        "SigningCertURL": cert_url,
+                        "UnsubscribeURL": https.url("/?Action=Unsubscribe"),
+                    },
+                    sns.key,
+                )
+                headers = {
+                    "content-type": "text/plain; charset=UTF-8",
+                    "x-amz-sns-message-type": "Notification",
+                    "x-amz-sns-message-id": message["MessageId"],
+                    "x-amz-sns-topic-arn": TOPIC,
+                }
+                body = json.dumps(message).encode()
+                answers.append(httpx.post(f"{serve_url}/events/ses", content=body, headers=headers))
+            return answers
+
+        yield Provider(
+            env={
+                "DIGEST_MAILER": "ses",
+                "DIGEST_SES_REGION": REGION,
+                "DIGEST_SES_ENDPOINT_URL": server.url,
+                "AWS_ACCESS_KEY_ID": server.access_key_id,
+                "AWS_SECRET_ACCESS_KEY": server.secret_access_key,
+                # nothing of the developer's own AWS set-up takes part
+                "AWS_CONFIG_FILE": str(folder / "no-aws-config"),
+                "AWS_SHARED_CREDENTIALS_FILE": str(folder / "no-aws-credentials"),
+                "AWS_EC2_METADATA_DISABLED": "true",
+                "DIGEST_SES_TOPIC_ARNS": TOPIC,
+                "DIGEST_SNS_CERT_HOST_PATTERN": https.host_pattern,
+            },
+            held=held,
+            lose_answers=lose,
+            deliver_events=events,
+            # the certificate is fetched over TLS from a server whose CA only this test trusts
+            serve_env={"SSL_CERT_FILE": str(trusted)},
+        )
+
+
+PROVIDERS: dict[str, Callable[[Path], Any]] = {
+    "sendgrid": lambda _: sendgrid(),
+    "postmark": lambda _: postmark(),
+    "ses": ses,
+}
 
 
 def by_state(digest: Cli) -> dict[str, int]:
@@ -140,8 +235,10 @@ def by_state(digest: Cli) -> dict[str, int]:
 
 
 @pytest.mark.parametrize("name", sorted(PROVIDERS))
-def test_a_week_of_lost_answers_is_settled_by_webhooks_and_sent_once(name, env, monkeypatch):
-    with PROVIDERS[name]() as provider:
+def test_a_week_of_lost_answers_is_settled_by_webhooks_and_sent_once(
+    name, env, monkeypatch, tmp_path
+):
+    with PROVIDERS[name](tmp_path) as provider:
         run_env = {**env, **provider.env, "DIGEST_UNSUBSCRIBE_SECRET": "a-private-e2e-secret"}
         for variable, value in run_env.items():  # the Dagster job's resources read os.environ
             monkeypatch.setenv(variable, value)
@@ -164,7 +261,7 @@ def test_a_week_of_lost_answers_is_settled_by_webhooks_and_sent_once(name, env, 
         assert provider.held() == sent_once
         assert by_state(digest) == {"unknown": len(sent_once)}
 
-        with ServeProcess(run_env) as serve:
+        with ServeProcess({**run_env, **provider.serve_env}) as serve:
             answers = provider.deliver_events(serve.url)
             code, log = serve.stopped()
         assert code == 0, log

@@ -7,7 +7,6 @@ mailer's design relies on. A fault the peer cannot produce is declared in `canno
 reason, so the suite skips it by name instead of passing it silently.
 """
 
-import socket
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -31,6 +30,7 @@ from digest_pipeline.domain.periods import OperationKey
 from digest_pipeline.domain.policy import DeliveryPolicy
 from digest_pipeline.ports import Mailer
 from digest_pipeline.rigs.servers import postmark_server
+from digest_pipeline.rigs.servers.loopback import free_port
 from digest_pipeline.rigs.servers.postmark_server import PostmarkServer
 from digest_pipeline.rigs.servers.provider_actions import (
     Action,
@@ -116,14 +116,6 @@ def peerless(mailer: str, answers: Mapping[Fault, object]) -> dict[Fault, str]:
     """The faults a mailer without a remote peer (the fake, the outbox) cannot meet, with why."""
     why = f"the {mailer} has no remote peer to throttle, fail, refuse or become unreachable"
     return {fault: why for fault in Fault if fault not in answers}
-
-
-def free_port() -> int:
-    """A loopback port nobody listens on (bound, then released)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-    return port
 
 
 def recipient_of(key: OperationKey) -> str:
@@ -487,10 +479,3 @@ class OutboxRig(MailerRig):
     def message_id(self, key: OperationKey) -> str | None:
         files = self._files(key)
         return stored_headers(files[0])["Message-ID"] if files else None
-
-
-RIGS: Mapping[str, type[MailerRig]] = {
-    rig.name: rig for rig in (FakeRig, OutboxRig, HttpRig, PostmarkRig, SendGridRig, SmtpRig)
-}
-#: the mailers that talk to a peer across a connection
-PEER_RIGS = ("http", "postmark", "sendgrid", "smtp")

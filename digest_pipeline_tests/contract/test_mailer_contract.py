@@ -18,7 +18,7 @@ from digest_pipeline.domain.model import LookupStatus, Message, message_id_for
 from digest_pipeline.domain.periods import OperationKey
 from digest_pipeline.ports import Mailer
 from digest_pipeline_tests.conftest import W42
-from digest_pipeline_tests.contract.mailer_rigs import PEER_RIGS, RIGS
+from digest_pipeline_tests.contract.all_mailer_rigs import PEER_RIGS, RIGS
 
 MAILERS = list(RIGS)
 

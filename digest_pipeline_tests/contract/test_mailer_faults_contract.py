@@ -17,14 +17,8 @@ from digest_pipeline.domain.breaker import as_retryable, credentials_refused
 from digest_pipeline.domain.failures import FailureClass
 from digest_pipeline.domain.model import Message, message_id_for
 from digest_pipeline_tests.builders import email_of, key_of
-from digest_pipeline_tests.contract.mailer_rigs import (
-    EXPECTED,
-    HELD_AFTER,
-    PEER_RIGS,
-    RIGS,
-    Fault,
-    MailerRig,
-)
+from digest_pipeline_tests.contract.all_mailer_rigs import PEER_RIGS, RIGS
+from digest_pipeline_tests.contract.mailer_rigs import EXPECTED, HELD_AFTER, Fault, MailerRig
 
 
 @pytest.fixture(params=PEER_RIGS)

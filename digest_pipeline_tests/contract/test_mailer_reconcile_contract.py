@@ -22,7 +22,8 @@ from digest_pipeline.services.pipeline import sweep
 from digest_pipeline.services.reconcile import reconcile_period
 from digest_pipeline_tests.builders import failed_invariants, seed_period, state_of
 from digest_pipeline_tests.conftest import W42
-from digest_pipeline_tests.contract.mailer_rigs import RIGS, Fault, MailerRig, World
+from digest_pipeline_tests.contract.all_mailer_rigs import RIGS
+from digest_pipeline_tests.contract.mailer_rigs import Fault, MailerRig, World
 
 #: past every mailer's lookup lag (Postmark's 5 minutes), inside the idempotency window and the
 #: period's delivery window

@@ -5,7 +5,6 @@ keys make a reconciliation resend inside the window end `sent` with exactly one 
 """
 
 import logging
-import socket
 import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -19,6 +18,7 @@ from digest_pipeline.domain.failures import FailureClass, SendOutcome
 from digest_pipeline.domain.model import Message, message_id_for
 from digest_pipeline.domain.policy import DeliveryPolicy
 from digest_pipeline.domain.states import DeliveryState
+from digest_pipeline.rigs.servers.loopback import free_port
 from digest_pipeline.rigs.servers.provider_actions import (
     Action,
     conflict_concurrent,
@@ -61,13 +61,6 @@ def server() -> Iterator[ProviderServer]:
 def mailer(server: ProviderServer) -> Iterator[HttpProviderMailer]:
     with HttpProviderMailer(settings_for(server.url, server.api_key)) as m:
         yield m
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-    return port
 
 
 class TestFailureClasses:

@@ -8,7 +8,6 @@ again once; either way Postmark ends with exactly one message for the key.
 
 import functools
 import logging
-import socket
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -22,6 +21,7 @@ from digest_pipeline.domain.failures import FailureClass, SendOutcome
 from digest_pipeline.domain.model import LookupStatus, message_id_for
 from digest_pipeline.domain.policy import DeliveryPolicy
 from digest_pipeline.domain.states import DeliveryState
+from digest_pipeline.rigs.servers.loopback import free_port
 from digest_pipeline.rigs.servers.postmark_server import (
     TOKEN,
     PostmarkServer,
@@ -73,13 +73,6 @@ def server() -> Iterator[PostmarkServer]:
 def mailer(server: PostmarkServer) -> Iterator[PostmarkMailer]:
     with PostmarkMailer(settings_for(server.url, server.token)) as m:
         yield m
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-    return port
 
 
 class TestFailureClasses:

@@ -7,7 +7,6 @@ holds exactly one message for the key. Assertions are about messages per key at 
 
 import functools
 import logging
-import socket
 import time
 from collections.abc import Iterator
 from datetime import timedelta
@@ -20,6 +19,7 @@ from digest_pipeline.domain.breaker import credentials_refused
 from digest_pipeline.domain.failures import FailureClass, SendOutcome
 from digest_pipeline.domain.policy import DeliveryPolicy
 from digest_pipeline.domain.states import DeliveryState
+from digest_pipeline.rigs.servers.loopback import free_port
 from digest_pipeline.rigs.servers.provider_actions import (
     Action,
     malformed_success,
@@ -66,13 +66,6 @@ def server() -> Iterator[SendGridServer]:
 def mailer(server: SendGridServer) -> Iterator[SendGridMailer]:
     with SendGridMailer(settings_for(server.url, server.api_key)) as m:
         yield m
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-    return port
 
 
 class TestFaultTable:

@@ -58,6 +58,7 @@ BRANCHES: tuple[dict[str, str], ...] = (
         "DIGEST_PROVIDER_URL": "https://api.example",
         "DIGEST_PROVIDER_API_KEY": "k",
     },
+    {"DIGEST_MAILER": "ses", "DIGEST_SES_REGION": "eu-west-1"},
     {"DIGEST_EXECUTOR": "celery", "DIGEST_CELERY_BROKER_URL": "redis://127.0.0.1:6379/0"},
 )
 

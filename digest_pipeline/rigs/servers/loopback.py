@@ -14,6 +14,17 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Self
 
 
+def free_port() -> int:
+    """A loopback TCP port nothing listens on now: a connection to it is refused at once.
+
+    The port is bound and released, so another process may take it later.
+    """
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
 @dataclass(frozen=True)
 class Received:
     """One request as a server read it (headers include the credential: tests only)."""

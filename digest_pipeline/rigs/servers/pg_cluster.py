@@ -12,13 +12,13 @@ import contextlib
 import os
 import pwd
 import shutil
-import socket
 import subprocess
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
 from digest_pipeline.domain.durability import ALLOW_VARIABLE
+from digest_pipeline.rigs.servers.loopback import free_port as _free_port
 
 #: a durable primary: every commit's WAL is flushed before the commit returns
 DURABLE = {"fsync": "on", "synchronous_commit": "on", "full_page_writes": "on"}
@@ -54,13 +54,6 @@ def throwaway_allowance() -> dict[str, str]:
 def _runuser() -> str:
     """util-linux's `runuser`, which root's PATH may lack (it lives in /usr/sbin)."""
     return shutil.which("runuser") or "/usr/sbin/runuser"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 class PgCluster:

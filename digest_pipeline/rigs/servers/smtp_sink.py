@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
+from digest_pipeline.rigs.servers.loopback import free_port as _free_port
+
 #: where Debian's postfix installs it (off a user's PATH)
 SMTP_SINK = Path("/usr/sbin/smtp-sink")
 #: the unprivileged user smtp-sink switches to when started as root
@@ -230,10 +232,3 @@ class SmtpSink:
                     return True
             time.sleep(0.05)
         return False
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port

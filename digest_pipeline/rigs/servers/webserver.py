@@ -18,7 +18,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -33,6 +32,7 @@ import httpx
 from digest_pipeline.adapters.demo_data import seed_demo
 from digest_pipeline.rigs.bootstrap import PROJECT_ROOT, open_rig_ledger
 from digest_pipeline.rigs.seeding import T0, W42
+from digest_pipeline.rigs.servers.loopback import free_port
 
 PARTITION = W42.partition_key  # "2026-W42-1"
 JOB = "weekly_digest_job"
@@ -105,14 +105,6 @@ def digest_run(env: Mapping[str, str], period: str, timeout: float = 300) -> str
     first = done.stdout.splitlines()[0]  # "period 2026-W42: run <run id> succeeded"
     assert first.endswith(" succeeded"), done.stdout
     return first.split(" run ", 1)[1].split()[0]
-
-
-def free_port() -> int:
-    """A loopback TCP port nothing listens on right now (another process may still take it)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 @dataclass
