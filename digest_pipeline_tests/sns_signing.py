@@ -229,20 +229,26 @@ class LoopbackHttps:
             return list(self._answers.gets)
 
 
-@contextmanager
-def loopback_https() -> Iterator[LoopbackHttps]:
-    """An HTTPS server on a free port of 127.0.0.1, with a certificate from a fresh test CA."""
-    ca_pem, cert_pem, key_pem = _test_ca_and_server_cert()
-    answers = _Answers()
-    handler = type("Handler", (_Handler,), {"answers": answers})
+def loopback_server_context() -> ssl.SSLContext:
+    """A TLS server context for 127.0.0.1 whose certificate `loopback_ca_pem`'s CA issued."""
+    _, cert_pem, key_pem = _test_ca_and_server_cert()
     with tempfile.TemporaryDirectory() as folder:
         cert_file, key_file = Path(folder, "server.pem"), Path(folder, "server.key")
         cert_file.write_bytes(cert_pem)
         key_file.write_bytes(key_pem)
-        server_context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        server_context.load_cert_chain(cert_file, key_file)
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(cert_file, key_file)
+    return context
+
+
+@contextmanager
+def loopback_https() -> Iterator[LoopbackHttps]:
+    """An HTTPS server on a free port of 127.0.0.1, with a certificate from a fresh test CA."""
+    ca_pem = _test_ca_and_server_cert()[0]
+    answers = _Answers()
+    handler = type("Handler", (_Handler,), {"answers": answers})
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    httpd.socket = server_context.wrap_socket(httpd.socket, server_side=True)
+    httpd.socket = loopback_server_context().wrap_socket(httpd.socket, server_side=True)
     # a short poll interval: `shutdown` waits for the loop's next look at its flag
     thread = threading.Thread(target=httpd.serve_forever, args=(0.02,), daemon=True)
     thread.start()

@@ -29,12 +29,13 @@ are off) and comes back as a classified `SendOutcome` (table below), never as an
 # | 408 (SES gave up reading the request: nothing queued)        | transient | ses:<Code>             |
 # | InternalFailure, ServiceUnavailable, any 5xx                 | transient | ses:<Code>             |
 # | EndpointConnectionError, ConnectTimeoutError,                | transient | ses:endpoint_connection_error, … |
-# |   ProxyConnectionError, SSLError: the request never left     |           |                        |
+# |   ProxyConnectionError, an SSLError of a refused certificate: |           |                        |
+# |   the request never left                                     |           |                        |
 # | a request botocore refuses to build (ParamValidationError)   | permanent | ses:param_validation_error |
 # | a client that cannot be built (nothing left; credentials     | transient | ses:<error>            |
 # |   aside): the breaker stops a run that fails so every time   |           |                        |
-# | ReadTimeoutError, ConnectionClosedError, any other error     | unknown   | ses:read_timeout_error, … |
-# |   (the request may have left and been accepted)              |           |                        |
+# | ReadTimeoutError, ConnectionClosedError, any other SSLError, | unknown   | ses:read_timeout_error, … |
+# |   any other error (the request may have left and been accepted) |        |                        |
 #
 # A detail names SES's error code (`x-amzn-ErrorType`) or, without a usable one, the HTTP status:
 # never SES's message text, which may quote an address. A 200 without `MessageId` is `sent`, as
@@ -50,6 +51,7 @@ are off) and comes back as a classified `SendOutcome` (table below), never as an
 
 import logging
 import re
+import ssl
 from collections.abc import Callable, Mapping
 from datetime import timedelta
 from email.utils import parseaddr
@@ -67,6 +69,7 @@ from botocore.exceptions import (
     PartialCredentialsError,
 )
 from botocore.exceptions import ConnectionError as BotoConnectionError
+from botocore.exceptions import SSLError as BotoSSLError
 
 from digest_pipeline.adapters.mail.http_common import MAX_RETRY_AFTER, log_event
 from digest_pipeline.adapters.mail.mime import to_bytes
@@ -97,6 +100,8 @@ CREDENTIAL_REFUSALS = SES_CREDENTIAL_CODES
 #: the only error codes echoed into a detail: SES's names, never its free text
 _ERROR_CODE = re.compile(r"[A-Za-z][A-Za-z0-9.]{0,63}")
 _DELTA_SECONDS = re.compile(r"[0-9]{1,10}")
+#: where a word of an exception's class name starts (an acronym is one word)
+_WORD_START = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
 #: raised before anything is signed: no credentials to sign with
 _NO_CREDENTIALS = (NoCredentialsError, PartialCredentialsError, CredentialRetrievalError)
 
@@ -257,7 +262,29 @@ def client_outcome(error: Exception) -> SendOutcome:
 
 
 def _snake(error: Exception) -> str:
-    return re.sub(r"(?<!^)(?=[A-Z])", "_", type(error).__name__).lower()
+    """`ReadTimeoutError` → `read_timeout_error`, `SSLError` → `ssl_error`."""
+    return _WORD_START.sub("_", type(error).__name__).lower()
+
+
+def _refused_in_handshake(error: BaseException) -> bool:
+    """Whether a TLS error is the handshake's refusal of the server's certificate.
+
+    botocore raises one `SSLError` for every TLS failure, the handshake's and one that breaks
+    the stream while the answer is read; only the first is certain to come before the request.
+    """
+    seen: set[int] = set()
+    pending: list[object] = [error]
+    while pending:
+        current = pending.pop()
+        if not isinstance(current, BaseException) or id(current) in seen:
+            continue
+        seen.add(id(current))
+        if isinstance(current, ssl.SSLCertVerificationError | ssl.CertificateError):
+            return True
+        kwargs = getattr(current, "kwargs", None)
+        wrapped = kwargs.get("error") if isinstance(kwargs, dict) else None
+        pending += [wrapped, current.__cause__, current.__context__, *current.args]
+    return False
 
 
 def transport_outcome(error: Exception) -> SendOutcome:
@@ -268,10 +295,12 @@ def transport_outcome(error: Exception) -> SendOutcome:
     if isinstance(error, ParamValidationError):
         return SendOutcome.failed(FailureClass.PERMANENT, f"ses:{name}")
     # A connection that never opened cannot have carried the request; after that, or for any
-    # error botocore does not say happened first, the message may have been accepted.
-    failure = (
-        FailureClass.TRANSIENT if isinstance(error, BotoConnectionError) else FailureClass.UNKNOWN
+    # error botocore does not say happened first, the message may have been accepted. A TLS
+    # error is either: only a refused certificate is sure to have stopped the request.
+    never_left = isinstance(error, BotoConnectionError) and (
+        not isinstance(error, BotoSSLError) or _refused_in_handshake(error)
     )
+    failure = FailureClass.TRANSIENT if never_left else FailureClass.UNKNOWN
     return SendOutcome.failed(failure, f"ses:{name}")
 
 
