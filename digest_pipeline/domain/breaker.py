@@ -20,9 +20,15 @@ from digest_pipeline.domain.failures import INVALID_RECIPIENT, FailureClass, Sen
 #: a row at a 20% failure rate: about 1e-14 per position).
 DEFAULT_THRESHOLD = 20
 
-#: Postmark's refusals of the server token: HTTP 401, 403, and API error code 10 ("bad or missing
-#: server or user API token") however it comes (adapters/mail/postmark.py)
-POSTMARK_CREDENTIAL_REFUSALS = ("postmark:401", "postmark:403", "postmark:422:10")
+#: Postmark's refusals of the server token or of the account's right to send: HTTP 401 and 403,
+#: and API error codes 10 (bad or missing token), 400 and 401 (the sender signature is not
+#: found, or not confirmed), 405 (not allowed to send: no credits left), 412 (the account is
+#: pending) and 413 (the account may not send), however they come (adapters/mail/postmark.py)
+POSTMARK_CREDENTIAL_REFUSALS = (
+    "postmark:401",
+    "postmark:403",
+    *(f"postmark:422:{code}" for code in (10, 400, 401, 405, 412, 413)),
+)
 #: SendGrid's refusals of the API key: HTTP 401 and 403 (adapters/mail/sendgrid.py)
 SENDGRID_CREDENTIAL_REFUSALS = ("sendgrid:401", "sendgrid:403")
 #: Amazon SES's error codes that refuse the credentials or the account's right to send

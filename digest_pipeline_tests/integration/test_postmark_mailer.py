@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from digest_pipeline.adapters.mail.postmark import LOOKUP_LAG, PostmarkMailer, metadata_value
-from digest_pipeline.domain.breaker import credentials_refused, recipient_addressing
+from digest_pipeline.domain.breaker import as_retryable, credentials_refused, recipient_addressing
 from digest_pipeline.domain.failures import FailureClass, SendOutcome
 from digest_pipeline.domain.model import LookupStatus, message_id_for
 from digest_pipeline.domain.policy import DeliveryPolicy
@@ -128,6 +128,30 @@ class TestFailureClasses:
         )
         assert recipient_addressing(outcome)
         assert not credentials_refused(outcome)
+        assert server.accepted == []
+
+    @pytest.mark.parametrize(
+        ("code", "account"),
+        [
+            (400, True),  # sender signature not found
+            (401, True),  # sender signature not confirmed
+            (405, True),  # not allowed to send: no credits left
+            (412, True),  # account pending
+            (413, True),  # account may not send
+            (300, False),  # invalid email request: this message
+            (406, False),  # inactive recipient: this customer
+        ],
+    )
+    def test_the_senders_account_refusals_stop_the_run_and_fail_nobody(
+        self, server: PostmarkServer, mailer: PostmarkMailer, code: int, account: bool
+    ) -> None:
+        server.script(key_of(1), error(422, code))
+        outcome = send(mailer, message())
+        assert outcome.failure_class is FailureClass.PERMANENT
+        assert credentials_refused(outcome) is account
+        # what the run records: retried once the account is fixed, or the customer's failure
+        recorded = as_retryable(outcome).failure_class
+        assert recorded is (FailureClass.TRANSIENT if account else FailureClass.PERMANENT)
         assert server.accepted == []
 
     def test_wrong_token_is_a_credential_refusal(self, server: PostmarkServer) -> None:

@@ -12,7 +12,11 @@ Every reply and transport error comes back as a classified `SendOutcome` (table 
 # | 200 otherwise (it answered, the body says nothing usable)   | unknown   | postmark:200:malformed |
 # | 401 (missing or wrong server token; `ErrorCode` 10)         | permanent | postmark:401[:10]      |
 # | 422 `ErrorCode` 10 (bad or missing server token)            | permanent | postmark:422:10        |
-# |   both are credential refusals: the breaker stops the run and the item is retried later  |
+# | 422 `ErrorCode` 400, 401 (sender signature not found, not   | permanent | postmark:422:<code>    |
+# |   confirmed), 405 (not allowed to send: no credits), 412    |           |                        |
+# |   (account pending), 413 (account may not send)             |           |                        |
+# |   all of these are the sender's credentials or account, never the customer's: the breaker |
+# |   reads them as credential refusals, stops the run, and the item is retried later          |
 # | 422 `ErrorCode` 406 (inactive recipient: bounced, complained, unsubscribed)  | permanent | postmark:422:406 |
 # | 422 `ErrorCode` 300 (invalid email request) and any other 422 code | permanent | postmark:422:<code> |
 # | 429 (rate limit; `Retry-After` honoured)                    | throttled | postmark:429[:<code>]  |
