@@ -54,10 +54,12 @@ SES_CREDENTIAL_CODES = frozenset(
         "NotFoundException",
     }
 )
-#: as SES's mailer writes them (`ses:<Code>`), and no credentials found at all
+#: as SES's mailer writes them (`ses:<Code>`), no credentials found at all, and a message refused
+#: because the sender's own address is not a verified identity
 SES_CREDENTIAL_REFUSALS = (
     *(f"ses:{c}" for c in sorted(SES_CREDENTIAL_CODES)),
     "ses:no_credentials",
+    "ses:MessageRejected:sender_refused",
 )
 #: Reply codes that say the *sender's* credentials were refused (HTTP 401/403; RFC 4954 §6: SMTP
 #: 530 authentication required, 535 credentials invalid): a configuration error, which the

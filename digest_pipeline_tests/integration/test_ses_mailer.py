@@ -19,7 +19,7 @@ from datetime import timedelta
 import pytest
 
 from digest_pipeline.adapters.mail.mime import to_bytes
-from digest_pipeline.adapters.mail.ses import CREDENTIAL_REFUSALS, SesMailer, error_outcome
+from digest_pipeline.adapters.mail.ses import CREDENTIAL_REFUSALS, SesMailer
 from digest_pipeline.domain.breaker import credentials_refused
 from digest_pipeline.domain.failures import FailureClass, SendOutcome
 from digest_pipeline.domain.model import message_id_for
@@ -252,22 +252,6 @@ class TestFaultTable:
         outcome = send(mailer, message())
         assert (outcome.quota, pause_after(outcome, T0)) == (False, None)
 
-    @pytest.mark.parametrize("code", ["Throttling", "ThrottlingException"])
-    def test_the_query_style_quota_answer_is_read_from_its_text_too(self, code: str) -> None:
-        # SES's developer guide: the API says a spent quota as a throttling error whose message
-        # is "Daily message quota exceeded"; the proxy speaks SES v2, so the parsed form is given
-        def answer(text: str) -> dict[str, object]:
-            return {
-                "Error": {"Code": code, "Message": text},
-                "ResponseMetadata": {"HTTPStatusCode": 400, "HTTPHeaders": {}},
-            }
-
-        outcome = error_outcome(answer("Daily message quota exceeded."))
-        assert (outcome.detail, outcome.quota) == (f"ses:{code}:daily_quota", True)
-        assert error_outcome(answer("Maximum sending rate exceeded.")) == SendOutcome.failed(
-            FailureClass.THROTTLED, f"ses:{code}"
-        )
-
     def test_throttling_honours_retry_after(self, server: SesServer, mailer: SesMailer) -> None:
         server.script(key_of(1), status(429, "TooManyRequestsException", retry_after=30))
         outcome = send(mailer, message())
@@ -306,8 +290,10 @@ class TestFaultTable:
         outcome = send(mailer, provider_message(sender="Other <news@unverified.example>"))
         assert (outcome.failure_class, outcome.detail) == (
             FailureClass.PERMANENT,
-            "ses:MessageRejected",
+            "ses:MessageRejected:sender_refused",
         )
+        # the sender's configuration, not the customer's: the breaker stops the run
+        assert credentials_refused(outcome)
         assert (server.messages(), server.requests) == ([], 1)
 
     def test_closed_port_is_transient(self, server: SesServer) -> None:

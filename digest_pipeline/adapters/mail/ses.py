@@ -24,7 +24,10 @@ are off) and comes back as a classified `SendOutcome` (table below), never as an
 # |   the breaker reads them as credential refusals, stops the run and the items are retried |
 # | no credentials found, or they could not be fetched           | permanent | ses:no_credentials     |
 # |   (nothing left: the same credential refusal)               |           |                        |
-# | MessageRejected (content, an unverified sender or recipient) | permanent | ses:MessageRejected    |
+# | MessageRejected naming the sender's address (not verified,   | permanent | ses:MessageRejected:sender_refused |
+# |   or not the account's to send from)                         |           |                        |
+# |   (the sender's configuration: the breaker reads it as a credential refusal)             |
+# | MessageRejected otherwise (content, an unverified recipient) | permanent | ses:MessageRejected    |
 # | BadRequestException and any other 3xx/4xx                    | permanent | ses:<Code>             |
 # | 408 (SES gave up reading the request: nothing queued)        | transient | ses:<Code>             |
 # | InternalFailure, ServiceUnavailable, any 5xx                 | transient | ses:<Code>             |
@@ -95,6 +98,8 @@ _THROTTLED = frozenset({"TooManyRequestsException", "Throttling", "ThrottlingExc
 _QUOTA = frozenset({"LimitExceededException"})
 #: how SES's throttling answer says the 24-hour quota is spent, not the per-second rate
 _DAILY_QUOTA = re.compile(r"daily message quota", re.IGNORECASE)
+#: the suffix of a `MessageRejected` that refuses the sender's own address
+SENDER_REFUSED = "sender_refused"
 #: the error codes that refuse the sender's credentials or account: the breaker's list
 CREDENTIAL_REFUSALS = SES_CREDENTIAL_CODES
 #: the only error codes echoed into a detail: SES's names, never its free text
@@ -179,7 +184,7 @@ class SesMailer(ClientMailer):
         try:
             answer = client.send_email(**self.request(message, raw))
         except ClientError as e:
-            return error_outcome(e.response)
+            return error_outcome(e.response, parseaddr(message.sender)[1] or message.sender)
         except Exception as e:  # botocore's transport and parsing errors: classified, never raised
             return transport_outcome(e)
         message_id = answer.get("MessageId") if isinstance(answer, dict) else None
@@ -229,8 +234,13 @@ class SesMailer(ClientMailer):
         return session.client("sesv2", endpoint_url=s.endpoint_url, config=config)
 
 
-def error_outcome(response: Mapping[str, Any]) -> SendOutcome:
-    """What one SES error answer means (the module's table), from botocore's parsed response."""
+def error_outcome(response: Mapping[str, Any], sender: str | None = None) -> SendOutcome:
+    """What one SES error answer means (the module's table), from botocore's parsed response.
+
+    `sender` is the bare From address: a `MessageRejected` whose text names that address refuses
+    the sender's identity (unverified, or not the account's to send from), so every customer
+    alike: the sender's configuration.
+    """
     error, meta = response.get("Error"), response.get("ResponseMetadata")
     error = error if isinstance(error, Mapping) else {}
     meta = meta if isinstance(meta, Mapping) else {}
@@ -251,7 +261,20 @@ def error_outcome(response: Mapping[str, Any]) -> SendOutcome:
         )
     if status >= 500 or status == 408:
         return SendOutcome.failed(FailureClass.TRANSIENT, detail)
+    if code == "MessageRejected" and _names_sender(error.get("Message"), sender):
+        # read, never echoed: SES names the identity that failed its check only in the text
+        return SendOutcome.failed(FailureClass.PERMANENT, f"{detail}:{SENDER_REFUSED}")
     return SendOutcome.failed(FailureClass.PERMANENT, detail)
+
+
+def _names_sender(text: object, sender: str | None) -> bool:
+    """Whether SES's text names the sender's own address: the identity SES refused.
+
+    SES says so for an unverified sender ("Email address is not verified. The following
+    identities failed the check …: <address>") and for one the account may not send from
+    ("Did not have authority to send from email <address>").
+    """
+    return isinstance(text, str) and bool(sender) and str(sender).lower() in text.lower()
 
 
 def client_outcome(error: Exception) -> SendOutcome:
