@@ -40,10 +40,20 @@ def test_the_query_style_quota_answer_is_read_from_its_text_too(code: str) -> No
         ),
         # an address the account may not send from (moto says it so too)
         ("Did not have authority to send from email news@shop.example", True),
+        # at the end of a sentence
+        ("Sending from news@shop.example is not allowed.", True),
+        # a longer domain that begins like the sender's is another address
+        ("Email address is not verified: news@shop.example.org", False),
         # a sandbox account's unverified recipient: that customer's alone
         (
             "Email address is not verified. The following identities failed the check in "
             "region EU-WEST-1: customer@mailbox.example",
+            False,
+        ),
+        # a recipient whose address ends in the sender's is still the recipient
+        (
+            "Email address is not verified. The following identities failed the check in "
+            "region EU-WEST-1: fakenews@shop.example",
             False,
         ),
         ("Illegal address", False),

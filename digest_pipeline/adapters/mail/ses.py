@@ -274,7 +274,12 @@ def _names_sender(text: object, sender: str | None) -> bool:
     identities failed the check …: <address>") and for one the account may not send from
     ("Did not have authority to send from email <address>").
     """
-    return isinstance(text, str) and bool(sender) and str(sender).lower() in text.lower()
+    if not isinstance(text, str) or not sender:
+        return False
+    # the whole address, not a tail of another (`news@…` inside a recipient's `fakenews@…`)
+    # nor the start of a longer domain; a full stop after it ends the sentence
+    whole = rf"(?<![\w.%+-]){re.escape(sender)}(?![\w-]|\.\w)"
+    return re.search(whole, text, re.IGNORECASE) is not None
 
 
 def client_outcome(error: Exception) -> SendOutcome:
