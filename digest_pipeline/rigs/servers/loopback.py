@@ -1,17 +1,22 @@
 """What the providers' loopback HTTP servers share: a server thread on a free port of 127.0.0.1.
 
 Each provider's server answers requests its own way (`_handle`); `LoopbackServer` runs its HTTP
-server on a thread, records each request as read, keeps track of the open connections and of
-handler failures, and stops it after `_wake` has released what its handlers may wait on.
+server on a thread, reads and records each request, keeps each key's script of actions
+(provider_actions.py), hangs or drops a stored message's answer, keeps track of the open
+connections and of handler failures, and stops it after `_wake` has released what its handlers
+may wait on.
 """
 
 import contextlib
+import json
 import socket
 import socketserver
 import threading
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Self
+
+from digest_pipeline.rigs.servers.provider_actions import Action
 
 
 def free_port() -> int:
@@ -84,6 +89,7 @@ class LoopbackServer:
         self._lock = threading.Lock()
         self._stopping = threading.Event()
         self._received: list[Received] = []
+        self._scripts: dict[str, list[Action]] = {}
         self._connections: set[socket.socket] = set()
         self._connections_opened = 0
         self._handler_errors = 0
@@ -147,7 +153,41 @@ class LoopbackServer:
         with self._lock:
             return self._handler_errors
 
+    def script(self, key: object, *actions: Action) -> None:
+        """Queues actions for the next requests of `key` (one each); then the server's default."""
+        with self._lock:
+            self._scripts.setdefault(str(key), []).extend(actions)
+
     # -- the handler's side ------------------------------------------------------------------
+    def _read(self, h: BaseHTTPRequestHandler, method: str = "POST") -> tuple[bytes, Any]:
+        """The request's bytes and JSON body (None when it is not JSON), recorded as read."""
+        raw = h.rfile.read(int(h.headers.get("Content-Length") or 0))
+        try:
+            body = json.loads(raw) if raw else None
+        except ValueError:
+            body = None
+        with self._lock:
+            self._received.append(Received(h.path, dict(h.headers.items()), body, method))
+        return raw, body
+
+    def _scripted(self, key: str, fallback: Action) -> Action:
+        """The next action queued for `key`, else `fallback`; the caller holds `_lock`."""
+        queue = self._scripts.get(key)
+        return queue.pop(0) if queue else fallback
+
+    def _hold_or_drop(self, h: BaseHTTPRequestHandler, action: Action) -> bool:
+        """After a message is stored: `hang` waits past the client's timeout; `drop` closes.
+
+        True after a drop: the connection is shut, and nothing more may be written.
+        """
+        if action.kind == "hang":
+            self._stopping.wait(action.seconds)
+        elif action.kind == "drop":
+            h.close_connection = True
+            h.connection.shutdown(socket.SHUT_RDWR)
+            return True
+        return False
+
     def _opened(self, conn: socket.socket) -> None:
         with self._lock:
             self._connections.add(conn)

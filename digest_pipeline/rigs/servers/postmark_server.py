@@ -14,7 +14,6 @@ authenticated with HTTP basic auth as Postmark's are.
 import base64
 import itertools
 import json
-import socket
 import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -100,7 +99,6 @@ class PostmarkServer(LoopbackServer):
         #: recipients Postmark refuses with 406 (bounced, complained, unsubscribed)
         self.inactive = inactive
         super().__init__()
-        self._scripts: dict[str, list[Action]] = {}
         self._search_script: list[Action] = []
         self._accepted: list[Accepted] = []
         self._ids = itertools.count(1)
@@ -110,11 +108,6 @@ class PostmarkServer(LoopbackServer):
         return LoopbackHttpd(self, _Handler)
 
     # -- arranging and inspecting ------------------------------------------------------------
-    def script(self, key: object, *actions: Action) -> None:
-        """Queues actions for the next sends of `key` (one each); then sends are accepted."""
-        with self._lock:
-            self._scripts.setdefault(str(key), []).extend(actions)
-
     def script_search(self, *actions: Action) -> None:
         """Queues answers for the next searches (`status`/`error` or `hang_unaccepted`)."""
         with self._lock:
@@ -147,13 +140,7 @@ class PostmarkServer(LoopbackServer):
 
     # -- the handler's side ------------------------------------------------------------------
     def _handle(self, h: _Handler, method: str) -> None:
-        raw = h.rfile.read(int(h.headers.get("Content-Length") or 0))
-        try:
-            body = json.loads(raw) if raw else None
-        except ValueError:
-            body = None
-        with self._lock:
-            self._received.append(Received(h.path, dict(h.headers.items()), body, method))
+        _, body = self._read(h, method)
         path = urlsplit(h.path)
         if h.headers.get("X-Postmark-Server-Token") != self.token:
             _error(h, 401, 10)
@@ -179,8 +166,7 @@ class PostmarkServer(LoopbackServer):
         metadata: dict[str, Any] = given if isinstance(given, dict) else {}
         key = str(metadata.get("operation_key", ""))
         with self._lock:
-            queue = self._scripts.get(key)
-            action = queue.pop(0) if queue else ok()
+            action = self._scripted(key, ok())
         if action.kind == "status":
             _error(h, action.status, int(action.name or 0), action.retry_after)
             return
@@ -192,11 +178,7 @@ class PostmarkServer(LoopbackServer):
         with self._lock:
             stream = str(body.get("MessageStream") or "outbound")
             self._accepted.append(Accepted(message_id, stream, dict(metadata), body))
-        if action.kind == "hang":
-            self._stopping.wait(action.seconds)
-        elif action.kind == "drop":
-            h.close_connection = True
-            h.connection.shutdown(socket.SHUT_RDWR)
+        if self._hold_or_drop(h, action):
             return
         answer: dict[str, Any] = {
             "To": body["To"],

@@ -13,7 +13,6 @@ after storing. Like Resend, it can also tell a webhook endpoint what became of a
 import hashlib
 import itertools
 import json
-import socket
 import threading
 import time
 from collections import Counter
@@ -154,7 +153,6 @@ class ProviderServer(LoopbackServer):
         self._accepted_at: list[float] = []
         self._quota_refused = 0
         self._in_flight_changed = threading.Condition(self._lock)
-        self._scripts: dict[str, list[Action]] = {}
         self._records: dict[str, _Record] = {}
         self._stored: dict[str, list[dict[str, Any]]] = {}
         self._replays: Counter[str] = Counter()
@@ -173,11 +171,6 @@ class ProviderServer(LoopbackServer):
         super()._wake()
 
     # -- arranging ---------------------------------------------------------------------------
-    def script(self, key: object, *actions: Action) -> None:
-        """Queues actions for the next requests of `key` (one each); then requests are `ok`."""
-        with self._lock:
-            self._scripts.setdefault(str(key), []).extend(actions)
-
     def release(self, key: object) -> None:
         with self._lock:
             self._holds.setdefault(str(key), threading.Event()).set()
@@ -290,8 +283,7 @@ class ProviderServer(LoopbackServer):
             if key in self._in_flight:
                 action: Action | None = None
             else:
-                queue = self._scripts.get(key)
-                action = queue.pop(0) if queue else self.fallback
+                action = self._scripted(key, self.fallback)
                 if action.kind != "status":
                     self._in_flight.add(key)
                     self._in_flight_changed.notify_all()
@@ -342,11 +334,7 @@ class ProviderServer(LoopbackServer):
         if message_id is None:
             _error(h, 409, "invalid_idempotent_request")
             return
-        if action.kind == "hang":
-            self._stopping.wait(action.seconds)
-        elif action.kind == "drop":
-            h.close_connection = True
-            h.connection.shutdown(socket.SHUT_RDWR)
+        if self._hold_or_drop(h, action):
             return
         _reply(h, 200, {"object": "email"} if action.kind == "malformed" else {"id": message_id})
 

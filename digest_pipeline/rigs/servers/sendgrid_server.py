@@ -23,7 +23,6 @@ Settings show it.
 import base64
 import itertools
 import json
-import socket
 import time
 from typing import Any
 
@@ -141,7 +140,6 @@ class SendGridServer(LoopbackServer):
         #: what a request of a key with no script left gets (`ok()` unless given)
         self.fallback = fallback or ok()
         super().__init__()
-        self._scripts: dict[str, list[Action]] = {}
         self._stored: dict[str, list[dict[str, Any]]] = {}
         self._message_ids: dict[str, list[str]] = {}
         self._next_id = 0
@@ -154,11 +152,6 @@ class SendGridServer(LoopbackServer):
         return _Httpd(self, _Handler)
 
     # -- arranging and inspecting ------------------------------------------------------------
-    def script(self, key: object, *actions: Action) -> None:
-        """Queues actions for the next requests of `key` (one each); then requests get `fallback`."""
-        with self._lock:
-            self._scripts.setdefault(str(key), []).extend(actions)
-
     @property
     def stored(self) -> dict[str, list[dict[str, Any]]]:
         """The accepted messages per operation key: every accepted request is one more."""
@@ -228,13 +221,7 @@ class SendGridServer(LoopbackServer):
 
     # -- the handler's side ------------------------------------------------------------------
     def _handle(self, h: _Handler) -> None:
-        raw = h.rfile.read(int(h.headers.get("Content-Length") or 0))
-        try:
-            body = json.loads(raw)
-        except ValueError:
-            body = None
-        with self._lock:
-            self._received.append(Received(h.path, dict(h.headers.items()), body))
+        _, body = self._read(h)
         if h.path != SEND_PATH:
             _error(h, 404)
             return
@@ -247,8 +234,7 @@ class SendGridServer(LoopbackServer):
             return
         key = str(body.get("custom_args", {}).get("operation_key", ""))
         with self._lock:
-            queue = self._scripts.get(key)
-            action = queue.pop(0) if queue else self.fallback
+            action = self._scripted(key, self.fallback)
         if action.kind == "status":
             headers = {}
             if action.status == 429 and action.retry_after is not None:
@@ -265,11 +251,7 @@ class SendGridServer(LoopbackServer):
             message_id = f"sg{self._next_id:06d}AbCdEf"
             self._stored.setdefault(key, []).append(body)
             self._message_ids.setdefault(key, []).append(message_id)
-        if action.kind == "hang":
-            self._stopping.wait(action.seconds)
-        elif action.kind == "drop":
-            h.close_connection = True
-            h.connection.shutdown(socket.SHUT_RDWR)
+        if self._hold_or_drop(h, action):
             return
         headers = {} if action.kind == "malformed" else {"X-Message-Id": message_id}
         _reply(h, 202, b"", headers)

@@ -20,7 +20,6 @@ import contextlib
 import email
 import http.client
 import json
-import socket
 import uuid
 from dataclasses import dataclass
 from typing import Any, Self
@@ -91,15 +90,9 @@ class SesFaultProxy(LoopbackServer):
     def __init__(self, upstream: str) -> None:
         super().__init__()
         self._upstream = urlsplit(upstream)
-        self._scripts: dict[str, list[Action]] = {}
 
     def _new_httpd(self) -> LoopbackHttpd:
         return LoopbackHttpd(self, _Handler)
-
-    def script(self, key: object, *actions: Action) -> None:
-        """Queues actions for the next requests of `key` (one each); then requests are forwarded."""
-        with self._lock:
-            self._scripts.setdefault(str(key), []).extend(actions)
 
     @property
     def received(self) -> list[Received]:
@@ -108,26 +101,16 @@ class SesFaultProxy(LoopbackServer):
 
     # -- the handler's side ------------------------------------------------------------------
     def _handle(self, h: _Handler) -> None:
-        raw = h.rfile.read(int(h.headers.get("Content-Length") or 0))
-        try:
-            body = json.loads(raw)
-        except ValueError:
-            body = None
+        raw, body = self._read(h)
         with self._lock:
-            self._received.append(Received(h.path, dict(h.headers.items()), body))
-            queue = self._scripts.get(_key_of(body))
-            action = queue.pop(0) if queue else ok()
+            action = self._scripted(_key_of(body), ok())
         if action.kind == "status":
             _error(h, action)
             return
         answer = self._forward(h, raw)
-        if action.kind == "drop":
-            # moto holds the message; the client sees its connection close, never an answer
-            h.close_connection = True
-            h.connection.shutdown(socket.SHUT_RDWR)
+        # moto holds the message: a dropped answer leaves the client with a closed connection
+        if self._hold_or_drop(h, action):
             return
-        if action.kind == "hang":
-            self._stopping.wait(action.seconds)
         if action.kind == "malformed":
             answer = _Answer(200, [("Content-Type", "application/json")], b"{}")
         with contextlib.suppress(OSError):  # a client that gave up has closed its end
