@@ -39,7 +39,7 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
-from digest_pipeline.domain.errors import DigestError, InvalidOperationKey
+from digest_pipeline.domain.errors import DigestError
 from digest_pipeline.domain.model import AuditEntry
 from digest_pipeline.domain.periods import INSTANCE_PATTERN, OperationKey, Period
 from digest_pipeline.domain.states import DeliveryState
@@ -276,11 +276,7 @@ def _key(text: object) -> OperationKey | None:
     if not isinstance(text, str):
         return None
     tagged = _TAG_KEY.fullmatch(text)
-    spelled = ":".join(tagged.groups()) if tagged else text
-    try:
-        return OperationKey.parse(spelled)
-    except InvalidOperationKey:
-        return None
+    return OperationKey.carried(":".join(tagged.groups()) if tagged else text)
 
 
 def _carried_key(data: dict[str, Any]) -> OperationKey | None:

@@ -190,6 +190,16 @@ class OperationKey:
         except (InvalidPeriod, InvalidCustomerId) as e:
             raise InvalidOperationKey(f"operation key {text!r}: {e}") from e
 
+    @classmethod
+    def carried(cls, value: object) -> "OperationKey | None":
+        """The key `value` spells (a provider echoing ours back), or None: not text, or no key."""
+        if not isinstance(value, str):
+            return None
+        try:
+            return cls.parse(value)
+        except InvalidOperationKey:
+            return None
+
     def __str__(self) -> str:
         text: str | None = self.__dict__.get("_text")
         if text is None:

@@ -27,7 +27,6 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from digest_pipeline.domain.errors import InvalidOperationKey
 from digest_pipeline.domain.feedback import EventType, InvalidEvent, ProviderEvent
 from digest_pipeline.domain.periods import OperationKey
 
@@ -78,11 +77,8 @@ def _key(body: dict[str, Any]) -> OperationKey | None:
         if isinstance(header, dict) and str(header.get("Name", "")).lower() == _KEY_HEADER:
             candidates.append(header.get("Value"))
     for text in candidates:
-        if isinstance(text, str):
-            try:
-                return OperationKey.parse(text)
-            except InvalidOperationKey:
-                continue
+        if (key := OperationKey.carried(text)) is not None:
+            return key
     return None
 
 

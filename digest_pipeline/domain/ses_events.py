@@ -113,9 +113,7 @@ def _carried_key(mail: dict[str, Any]) -> OperationKey | None:
         if not isinstance(header, dict):
             continue
         name, value = header.get("name"), header.get("value")
-        if isinstance(name, str) and name.lower() == _KEY_HEADER and isinstance(value, str):
-            try:
-                return OperationKey.parse(value)
-            except InvalidOperationKey:
-                continue
+        key_header = isinstance(name, str) and name.lower() == _KEY_HEADER
+        if key_header and (key := OperationKey.carried(value)) is not None:
+            return key
     return None

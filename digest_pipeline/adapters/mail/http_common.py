@@ -66,14 +66,15 @@ def retry_after(response: httpx.Response) -> timedelta | None:
     raw = response.headers.get("Retry-After", "").strip()
     if _DELTA_SECONDS.fullmatch(raw):
         return min(timedelta(seconds=int(raw)), MAX_RETRY_AFTER)
-    at = _http_date(raw)
+    at = http_date(raw)
     if at is None:
         return None
-    answered = _http_date(response.headers.get("Date", "")) or datetime.now(UTC)
+    answered = http_date(response.headers.get("Date", "")) or datetime.now(UTC)
     return min(max(at - answered, timedelta(0)), MAX_RETRY_AFTER)
 
 
-def _http_date(raw: str) -> datetime | None:
+def http_date(raw: str) -> datetime | None:
+    """An HTTP-date (RFC 9110 §5.6.7) as an aware UTC datetime, or None for anything else."""
     if not raw:
         return None
     try:

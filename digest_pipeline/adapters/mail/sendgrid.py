@@ -32,7 +32,7 @@ import logging
 import re
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
-from email.utils import parseaddr, parsedate_to_datetime
+from email.utils import parseaddr
 from functools import partial
 from typing import Any
 
@@ -41,6 +41,7 @@ import httpx
 from digest_pipeline.adapters.mail.http_common import (
     MAX_RETRY_AFTER,
     PROVIDER_HEADERS,
+    http_date,
     json_body,
     log_event,
     retry_after,
@@ -191,18 +192,7 @@ def _rate_limit_reset(response: httpx.Response) -> timedelta | None:
     raw = response.headers.get("X-RateLimit-Reset", "").strip()
     if not _EPOCH_SECONDS.fullmatch(raw):
         return retry_after(response)
-    answered = _answered_at(response) or datetime.now(UTC)
+    answered = http_date(response.headers.get("Date", "")) or datetime.now(UTC)
     # compared as seconds: a far-off reset must be capped, not overflow a datetime
     wait = min(max(int(raw) - answered.timestamp(), 0.0), MAX_RETRY_AFTER.total_seconds())
     return timedelta(seconds=round(wait))
-
-
-def _answered_at(response: httpx.Response) -> datetime | None:
-    raw = response.headers.get("Date", "")
-    if not raw:
-        return None
-    try:
-        parsed = parsedate_to_datetime(raw)
-    except (TypeError, ValueError, IndexError):
-        return None
-    return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)

@@ -32,7 +32,6 @@ from sqlalchemy import Engine, create_engine, event
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import ExceptionContext, make_url
 
-from digest_pipeline.domain.errors import InvalidOperationKey
 from digest_pipeline.domain.periods import OperationKey
 
 MIGRATIONS = Path(__file__).parent / "migrations"
@@ -180,10 +179,8 @@ def _operation_key(value: object) -> str | None:
     # any instance's key, so only its shape: two colons is cheaper to test than a parse
     if not isinstance(value, str) or value.count(":") != 2:
         return None
-    try:
-        return str(OperationKey.parse(value))
-    except InvalidOperationKey:
-        return None
+    key = OperationKey.carried(value)
+    return None if key is None else str(key)
 
 
 def _driver_label(orig: BaseException) -> str:

@@ -52,7 +52,6 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.serialization import load_der_public_key
 
-from digest_pipeline.domain.errors import InvalidOperationKey
 from digest_pipeline.domain.feedback import EventType, InvalidEvent, ProviderEvent
 from digest_pipeline.domain.periods import OperationKey
 from digest_pipeline.domain.webhooks import DEFAULT_TOLERANCE, InvalidWebhookSecret, Verdict
@@ -240,7 +239,7 @@ def parse_event(provider: str, entry: object) -> ProviderEvent:
         event_id=event_id,
         type=_event_type(name, entry),
         provider_message_id=_message_id(entry.get("sg_message_id")),
-        operation_key=_carried_key(entry.get(KEY_FIELD)),
+        operation_key=OperationKey.carried(entry.get(KEY_FIELD)),
     )
 
 
@@ -263,12 +262,3 @@ def _message_id(value: object) -> str | None:
     if not isinstance(value, str) or not _MESSAGE_ID.fullmatch(value):
         raise InvalidEvent("sg_message_id is not a message id")
     return value.split(".", 1)[0] or None
-
-
-def _carried_key(value: object) -> OperationKey | None:
-    if not isinstance(value, str):
-        return None
-    try:
-        return OperationKey.parse(value)
-    except InvalidOperationKey:
-        return None
