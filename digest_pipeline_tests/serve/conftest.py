@@ -39,15 +39,11 @@ ONE_CLICK_BODY = b"List-Unsubscribe=One-Click"
 
 
 @dataclass
-class Site:
-    """The running application and what it runs on."""
+class OverLedger:
+    """A running application's ledger, read as a test reads it: its work, feedback and rows."""
 
     url: str
     engine: Engine
-    clock: FixedClock
-    mailer: FakeMailer
-    http: httpx.Client
-    _message_ids: dict[str, str] | None = None
 
     @property
     def ledger(self) -> SqlLedger:
@@ -59,6 +55,16 @@ class Site:
 
     def dump(self) -> dict[str, list[tuple[object, ...]]]:
         return dump(self.engine)
+
+
+@dataclass
+class Site(OverLedger):
+    """The running application and what it runs on."""
+
+    clock: FixedClock
+    mailer: FakeMailer
+    http: httpx.Client
+    _message_ids: dict[str, str] | None = None
 
     def message_id(self, n: int) -> str:
         if self._message_ids is None:

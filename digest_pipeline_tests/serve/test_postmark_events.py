@@ -6,6 +6,7 @@ them with basic auth, as Postmark does from the credentials in the webhook URL.
 """
 
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -13,8 +14,6 @@ import httpx
 import pytest
 from sqlalchemy import Engine
 
-from digest_pipeline.adapters.sql.feedback import SqlFeedbackStore
-from digest_pipeline.adapters.sql.ledger import SqlLedger
 from digest_pipeline.domain.feedback import EventType, InvalidEvent
 from digest_pipeline.domain.postmark_events import parse_postmark_event
 from digest_pipeline.domain.states import DeliveryState
@@ -23,7 +22,7 @@ from digest_pipeline.settings import load_settings
 from digest_pipeline_tests.builders import customer_id, key_of
 from digest_pipeline_tests.conftest import SQL_BACKENDS, T0
 from digest_pipeline_tests.fakes import FixedClock
-from digest_pipeline_tests.serve.conftest import deliver_week, running
+from digest_pipeline_tests.serve.conftest import OverLedger, deliver_week, running
 
 CREDENTIALS = "postmark-hooks:a-long-webhook-password"
 
@@ -37,22 +36,14 @@ def event(record: str, n: int, **fields: Any) -> dict[str, Any]:
     }
 
 
-class Endpoint:
-    def __init__(self, url: str, engine: Engine, postmark: PostmarkServer) -> None:
-        self.url, self.engine, self.postmark = url, engine, postmark
+@dataclass
+class Endpoint(OverLedger):
+    postmark: PostmarkServer
 
     def post(self, body: dict[str, Any], credentials: str | None = CREDENTIALS) -> httpx.Response:
         return self.postmark.send_webhook(
             f"{self.url}/events/postmark", body, credentials=credentials
         )
-
-    @property
-    def ledger(self) -> SqlLedger:
-        return SqlLedger(self.engine)
-
-    @property
-    def store(self) -> SqlFeedbackStore:
-        return SqlFeedbackStore(self.engine)
 
 
 @pytest.fixture(params=SQL_BACKENDS)

@@ -15,15 +15,13 @@ import httpx
 import pytest
 from sqlalchemy import Engine
 
-from digest_pipeline.adapters.sql.feedback import SqlFeedbackStore
-from digest_pipeline.adapters.sql.ledger import SqlLedger
 from digest_pipeline.adapters.webhooks.sendgrid import SIGNATURE_HEADER, TIMESTAMP_HEADER
 from digest_pipeline.domain.states import DeliveryState
 from digest_pipeline.settings import load_settings
 from digest_pipeline_tests.builders import customer_id, key_of
 from digest_pipeline_tests.conftest import SQL_BACKENDS, T0
 from digest_pipeline_tests.fakes import FixedClock
-from digest_pipeline_tests.serve.conftest import deliver_week, running
+from digest_pipeline_tests.serve.conftest import OverLedger, deliver_week, running
 from digest_pipeline_tests.unit.sendgrid_signing import (
     OTHER,
     PRIVATE,
@@ -43,10 +41,7 @@ def event(name: str, n: int, **fields: Any) -> dict[str, Any]:
     }
 
 
-class Endpoint:
-    def __init__(self, url: str, engine: Engine) -> None:
-        self.url, self.engine = url, engine
-
+class Endpoint(OverLedger):
     def post(self, events: list[dict[str, Any]], signer: Any = PRIVATE) -> httpx.Response:
         body = json.dumps(events).encode()
         timestamp = str(int(T0.timestamp()))
@@ -56,14 +51,6 @@ class Endpoint:
             SIGNATURE_HEADER: sign(signer, timestamp, body),
         }
         return httpx.post(f"{self.url}/events/sendgrid", content=body, headers=headers)
-
-    @property
-    def ledger(self) -> SqlLedger:
-        return SqlLedger(self.engine)
-
-    @property
-    def store(self) -> SqlFeedbackStore:
-        return SqlFeedbackStore(self.engine)
 
 
 @pytest.fixture(params=SQL_BACKENDS)

@@ -29,10 +29,9 @@ from digest_pipeline.serve.app import ServeConfig, build_app
 from digest_pipeline.serve.server import BackgroundServer
 from digest_pipeline.sns_settings import SnsSettings
 from digest_pipeline_tests.builders import customer_id, key_of
-from digest_pipeline_tests.cli.conftest import dump
 from digest_pipeline_tests.conftest import SQL_BACKENDS, T0
 from digest_pipeline_tests.fakes import FixedClock
-from digest_pipeline_tests.serve.conftest import SECRET, deliver_week
+from digest_pipeline_tests.serve.conftest import SECRET, OverLedger, deliver_week
 from digest_pipeline_tests.sns_signing import (
     CERT_PATH,
     OTHER_TOPIC,
@@ -49,9 +48,7 @@ ADDRESS = "customer@mailbox.example"
 
 
 @dataclass
-class Endpoint:
-    url: str
-    engine: Engine
+class Endpoint(OverLedger):
     https: LoopbackHttps
     message_ids: dict[str, str]
 
@@ -64,17 +61,6 @@ class Endpoint:
         }
         body = json.dumps(message).encode()
         return httpx.post(f"{self.url}/events/ses", content=body, headers=headers, timeout=30)
-
-    @property
-    def ledger(self) -> SqlLedger:
-        return SqlLedger(self.engine)
-
-    @property
-    def store(self) -> SqlFeedbackStore:
-        return SqlFeedbackStore(self.engine)
-
-    def dump(self) -> dict[str, list[tuple[object, ...]]]:
-        return dump(self.engine)
 
 
 def serving(engine: Engine, clock: FixedClock, https: LoopbackHttps, *, sns: bool = True) -> Any:
