@@ -13,6 +13,7 @@ ledger, says that every customer got exactly one message, and the ledger's invar
 import base64
 import json
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -30,7 +31,7 @@ from digest_pipeline.rigs.servers.postmark_server import PostmarkServer, error
 from digest_pipeline.rigs.servers.provider_actions import store_then_drop
 from digest_pipeline.rigs.servers.sendgrid_server import SendGridServer
 from digest_pipeline.rigs.servers.serve_process import ServeProcess
-from digest_pipeline.rigs.servers.ses_server import REGION, SesServer
+from digest_pipeline.rigs.servers.ses_server import HERMETIC_AWS, REGION, SesServer
 from digest_pipeline_tests.cli.conftest import Cli
 from digest_pipeline_tests.sns_signing import (
     CERT_PATH,
@@ -105,11 +106,7 @@ def postmark() -> Iterator[Provider]:
     with PostmarkServer() as server:
 
         def held() -> dict[str, int]:
-            counts: dict[str, int] = {}
-            for accepted in server.accepted:
-                key = str(accepted.metadata["operation_key"])
-                counts[key] = counts.get(key, 0) + 1
-            return counts
+            return Counter(str(a.metadata["operation_key"]) for a in server.accepted)
 
         def lose(keys: list[str]) -> None:
             for key in keys:
@@ -155,11 +152,7 @@ def ses(folder: Path) -> Iterator[Provider]:
         trusted.write_bytes(loopback_ca_pem())
 
         def held() -> dict[str, int]:
-            counts: dict[str, int] = {}
-            for message in server.messages():
-                if message.operation_key is not None:
-                    counts[message.operation_key] = counts.get(message.operation_key, 0) + 1
-            return counts
+            return Counter(m.operation_key for m in server.messages() if m.operation_key)
 
         def lose(keys: list[str]) -> None:
             for key in keys:
@@ -207,9 +200,7 @@ def ses(folder: Path) -> Iterator[Provider]:
                 "AWS_ACCESS_KEY_ID": server.access_key_id,
                 "AWS_SECRET_ACCESS_KEY": server.secret_access_key,
                 # nothing of the developer's own AWS set-up takes part
-                "AWS_CONFIG_FILE": str(folder / "no-aws-config"),
-                "AWS_SHARED_CREDENTIALS_FILE": str(folder / "no-aws-credentials"),
-                "AWS_EC2_METADATA_DISABLED": "true",
+                **HERMETIC_AWS,
                 "DIGEST_SES_TOPIC_ARNS": TOPIC,
                 "DIGEST_SNS_CERT_HOST_PATTERN": https.host_pattern,
             },

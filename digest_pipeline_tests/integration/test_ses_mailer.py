@@ -11,7 +11,6 @@ import base64
 import email
 import functools
 import logging
-import os
 import pickle
 from collections.abc import Iterator
 from datetime import timedelta
@@ -40,6 +39,7 @@ from digest_pipeline.rigs.servers.ses_server import MotoSes, SesServer
 from digest_pipeline.services.deliver import deliver_due
 from digest_pipeline.services.reconcile import reconcile_period
 from digest_pipeline.ses_settings import SesSettings
+from digest_pipeline_tests.aws_env import isolate_aws
 from digest_pipeline_tests.builders import email_of, key_of, make_deliverer, seed_period, state_of
 from digest_pipeline_tests.conftest import T0, W42
 from digest_pipeline_tests.fakes import FakeLedger, FixedClock
@@ -61,12 +61,7 @@ message = functools.partial(
 @pytest.fixture(autouse=True)
 def aws_isolated(monkeypatch: pytest.MonkeyPatch) -> None:
     """No developer's AWS files, variables or instance metadata reach boto3 here."""
-    for name in list(os.environ):
-        if name.startswith("AWS_"):
-            monkeypatch.delenv(name)
-    monkeypatch.setenv("AWS_CONFIG_FILE", os.devnull)
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", os.devnull)
-    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    isolate_aws(monkeypatch)
 
 
 def settings_for(

@@ -20,6 +20,7 @@ import pytest
 from digest_pipeline.adapters.mail.ses import SesMailer
 from digest_pipeline.domain.failures import FailureClass
 from digest_pipeline.ses_settings import SesSettings
+from digest_pipeline_tests.aws_env import isolate_aws
 from digest_pipeline_tests.integration.provider_messages import message, send
 from digest_pipeline_tests.sns_signing import loopback_ca_pem, loopback_server_context
 
@@ -27,12 +28,7 @@ from digest_pipeline_tests.sns_signing import loopback_ca_pem, loopback_server_c
 @pytest.fixture(autouse=True)
 def aws_isolated(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
     """No developer's AWS files or variables; returns where the test CA's bundle is written."""
-    for name in list(os.environ):
-        if name.startswith("AWS_"):
-            monkeypatch.delenv(name)
-    monkeypatch.setenv("AWS_CONFIG_FILE", os.devnull)
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", os.devnull)
-    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    isolate_aws(monkeypatch)
     bundle = tmp_path / "test-ca.pem"
     bundle.write_bytes(loopback_ca_pem())
     return bundle

@@ -20,6 +20,7 @@ import contextlib
 import email
 import http.client
 import json
+import os
 import uuid
 from dataclasses import dataclass
 from typing import Any, Self
@@ -43,6 +44,13 @@ from digest_pipeline.rigs.servers.loopback import (
 from digest_pipeline.rigs.servers.provider_actions import Action, ok
 
 REGION = "eu-west-1"
+#: the environment that keeps a developer's own AWS set-up (config and credential files, the
+#: instance metadata service) out of every boto3 client a test or rig makes
+HERMETIC_AWS = {
+    "AWS_CONFIG_FILE": os.devnull,
+    "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
+    "AWS_EC2_METADATA_DISABLED": "true",
+}
 #: fake credentials: moto checks no signature, and nothing else ever sees them
 ACCESS_KEY_ID, SECRET_ACCESS_KEY = "AKIATESTINGSES000001", "ses-test-secret/9b1de4f2a7c3"
 #: the hop-by-hop headers a proxy does not pass on (RFC 9110 §7.6.1)
