@@ -112,7 +112,7 @@ class CustomerSourceResource(_EngineResource):
 
 
 class MailerResource(_InstanceResource):
-    """The mailer `DIGEST_MAILER` names: `outbox` (default), `smtp` or `http`."""
+    """The mailer `DIGEST_MAILER` names: `outbox` (default), `smtp`, `http`, `postmark`, `sendgrid` or `ses`."""
 
     mailer: str | None = None
     outbox_dir: str | None = None
