@@ -32,7 +32,7 @@ from digest_pipeline.domain.periods import Period
 from digest_pipeline.domain.states import CLAIMABLE, DeliveryState
 from digest_pipeline.instance import prepare_home, storage_block
 from digest_pipeline.runtime.helpers import allow_forks_beside, between_forks
-from digest_pipeline.services import late
+from digest_pipeline.services import period_gate
 from digest_pipeline.services.metrics import period_metrics
 
 JOB = "weekly_digest_job"
@@ -76,18 +76,18 @@ def _check_window(ctx: Context, period: Period, args: argparse.Namespace) -> str
         for flag, given in (("--reason", args.reason), ("--operator", args.operator)):
             if given is not None:
                 raise UsageError(f"{flag} is only used with --deliver-late")
-        late.require_deliverable(ctx.ledger, policy, period, now)
+        period_gate.require_deliverable(ctx.ledger, policy, period, now)
         return None
     if not (args.reason or "").strip():
         raise UsageError("--deliver-late needs --reason TEXT")
-    if (why := late.grant_refusal(policy, period, now)) is not None:
+    if (why := period_gate.grant_refusal(policy, period, now)) is not None:
         raise UsageError(why)
     return require_operator(ctx, args.operator)
 
 
 def _grant_late(ctx: Context, period: Period, operator: str, reason: str) -> None:
     """Records the operator's late grant, from the command's instant."""
-    closes = late.grant_late_delivery(
+    closes = period_gate.grant_late_delivery(
         ctx.ledger, ctx.settings.policy, period, ctx.now(), operator, require_reason(reason)
     )
     ctx.err.write(

@@ -23,7 +23,7 @@ from digest_pipeline.cli.context import (
 )
 from digest_pipeline.domain.model import MAX_ADDRESS_LENGTH
 from digest_pipeline.domain.states import DeliveryState
-from digest_pipeline.services import late
+from digest_pipeline.services import period_gate
 from digest_pipeline.services.metrics import content_totals, period_metrics
 from digest_pipeline.services.snapshot import count_exclusions
 
@@ -54,7 +54,7 @@ def run_status(ctx: Context, args: argparse.Namespace) -> int:
     ok = all(r.passed for r in invariants)
     excluded = count_exclusions(wiring.build_customer_source(ctx.settings, ctx.engine))
     # the line a run of the week would be refused with now (a missed week), or None
-    missed = late.refusal(ledger, ctx.settings.policy, period, now)
+    missed = period_gate.refusal(ledger, ctx.settings.policy, period, now)
     if args.json:
         emit_json(
             ctx,

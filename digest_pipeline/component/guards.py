@@ -26,9 +26,9 @@ from digest_pipeline.domain.errors import BreakerOpen, LateWeekRefused, Snapshot
 from digest_pipeline.domain.periods import Period
 from digest_pipeline.domain.policy import DeliveryPolicy
 from digest_pipeline.ports import Clock, Composer, Ledger
-from digest_pipeline.services import late
+from digest_pipeline.services import period_gate
 from digest_pipeline.services.link_secrets import start_refusal
-from digest_pipeline.services.snapshot_gate import snapshot_refusal
+from digest_pipeline.services.period_gate import snapshot_refusal
 
 #: the run tag that holds a refused week's line: the run list and the run's page show it
 REFUSED_TAG = "digest/refused"
@@ -60,7 +60,7 @@ def first_refusal(*refusals: Refusal) -> str | None:
 
 def missed_week(ledger: Ledger, policy: DeliveryPolicy, clock: Clock, period: Period) -> Refusal:
     """A week whose delivery window closed before any attempt (`DIGEST_LATE_WINDOW_SECONDS`)."""
-    return lambda: late.refusal(ledger, policy, period, clock.now())
+    return lambda: period_gate.refusal(ledger, policy, period, clock.now())
 
 
 def changed_snapshot(ledger: Ledger, clock: Clock, period: Period) -> Refusal:

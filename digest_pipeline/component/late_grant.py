@@ -15,7 +15,7 @@ from digest_pipeline.component.resources import DeliverySettings
 from digest_pipeline.domain.periods import Period
 from digest_pipeline.operators import MAX_OPERATOR, MAX_REASON, operator_grants
 from digest_pipeline.ports import Clock, Ledger
-from digest_pipeline.services import late
+from digest_pipeline.services import period_gate
 from digest_pipeline.settings import InvalidSetting
 
 #: the run tag holding why a missed week is sent late (the launchpad's or backfill's tags)
@@ -78,7 +78,7 @@ def record_grant(
 ) -> None:
     """Records `request`'s grant for a missed week, the run's id ending its reason."""
     run_id = context.run.run_id
-    closes = late.grant_late_delivery(
+    closes = period_gate.grant_late_delivery(
         ledger,
         settings.policy,
         period,

@@ -15,7 +15,7 @@ from digest_pipeline.component.naming import INSTANCE_TAG
 from digest_pipeline.component.spec import DigestSpec
 from digest_pipeline.dagster_private import UnresolvedAssetJobDefinition
 from digest_pipeline.domain.periods import Period
-from digest_pipeline.services import late
+from digest_pipeline.services import period_gate
 
 #: the period's whole graph, in order; referenced by key so this module defines no assets
 DIGEST_ASSETS = (
@@ -77,7 +77,7 @@ def build_schedule(digest: DigestSpec, job: UnresolvedAssetJobDefinition) -> dg.
         # future tick asks about then, a late evaluation about what the run will meet.
         now = max(tick, r.clock.now())
         policy = r.delivery.settings().policy
-        if (why := late.refusal(r.ledger, policy, period, now)) is not None:
+        if (why := period_gate.refusal(r.ledger, policy, period, now)) is not None:
             return dg.SkipReason(why)
         # The partition key as run key: one run per week, however often the tick is evaluated.
         return dg.RunRequest(run_key=period.partition_key, partition_key=period.partition_key)

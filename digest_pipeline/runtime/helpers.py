@@ -33,7 +33,7 @@ from digest_pipeline.domain.errors import (
 from digest_pipeline.domain.periods import Period
 from digest_pipeline.ports import Clock, Composer, Ledger, Mailer
 from digest_pipeline.services.deliver import Deliverer, deliver_due
-from digest_pipeline.services.logs import item_logger, log_event, logger, step_logger
+from digest_pipeline.services.logs import item_logger, logger, step_log, step_logger
 from digest_pipeline.services.wave import DeliveryReport
 
 #: how often the step's own process looks at `should_continue` while it waits for a helper
@@ -161,7 +161,7 @@ def deliver_in_processes(
     if isinstance(recipes, _Recipes):
         return _with_helpers(deliverer, recipes, processes, share, should_continue)
     if recipes is not None:
-        log_event("delivery_processes", asked=processes, used=1, why=recipes)
+        step_log.info("delivery_processes", asked=processes, used=1, why=recipes)
     return _deliver(deliverer, share, should_continue, DeliveryReport())
 
 
@@ -219,7 +219,7 @@ def _with_helpers(
             raise first from e  # a helper's tampered snapshot outranks this one's breaker
         raise
     errors = _collected(helpers, should_continue, report)
-    log_event(
+    step_log.info(
         "delivered_in_processes",
         owner=deliverer.owner,
         processes=1 + len(helpers),

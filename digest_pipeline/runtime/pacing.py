@@ -5,7 +5,6 @@
 limit or a spent quota asks of every sender (domain/pacing.py).
 """
 
-import logging
 import threading
 import time
 from collections.abc import Callable
@@ -27,7 +26,7 @@ from digest_pipeline.domain.pacing import (
 from digest_pipeline.domain.policy import DeliveryPolicy
 from digest_pipeline.ports.ledger_roles import HasSendBudget, SendBudget
 from digest_pipeline.ports.outside import Clock, Mailer
-from digest_pipeline.services.logs import log_event
+from digest_pipeline.services.logs import step_log
 
 #: without a rate, a sender reads the shared pause at most this often: another process's pause
 #: reaches it within this time, and an unpaced run costs no statement per send
@@ -89,7 +88,7 @@ class Pacer:
         try:
             held = self._wait_for_slot(deadline) if self.rate else self._wait_for_pause(deadline)
         except Exception as e:
-            log_event("pacing_unavailable", logging.WARNING, error=type(e).__name__)
+            step_log.warning("pacing_unavailable", error=type(e).__name__)
             return SendOutcome.failed(FailureClass.TRANSIENT, "paced:budget_unavailable")
         if held is not None:
             return held_back(held, self.clock.now())
@@ -150,8 +149,8 @@ class Pacer:
         except Exception as e:
             # the answer is what matters: this worker pauses, the others learn of it from
             # their own throttled answers
-            log_event("pause_unrecorded", logging.WARNING, error=type(e).__name__)
-        log_event("sending_paused", until=pause.until.isoformat(), why=pause.why)
+            step_log.warning("pause_unrecorded", error=type(e).__name__)
+        step_log.info("sending_paused", until=pause.until.isoformat(), why=pause.why)
         if outcome.quota and outcome.retry_after is None:
             return replace(outcome, retry_after=QUOTA_PAUSE)
         return outcome

@@ -14,7 +14,6 @@ bounded number at a time (`ServeConfig.ledger_threads`).
 
 import functools
 import json
-import logging
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -64,7 +63,7 @@ from digest_pipeline.services.feedback import (
     record_event,
     unsubscribe,
 )
-from digest_pipeline.services.logs import log_event
+from digest_pipeline.services.logs import step_log
 from digest_pipeline.sns_settings import SnsSettings
 
 T = TypeVar("T")
@@ -197,14 +196,14 @@ class _Endpoints:
         if provider == POSTMARK:
             # Postmark signs nothing: the credentials in the webhook's URL are its proof
             if not basic_auth_matches(request.headers.get("authorization"), keys):
-                log_event("webhook_refused", logging.WARNING, provider=provider, why="basic_auth")
+                step_log.warning("webhook_refused", provider=provider, why="basic_auth")
                 return _json({"error": "unauthorized"}, 401, {"WWW-Authenticate": "Basic"})
             parse = parse_postmark_event
         else:
             signed = signed_request(request.headers, body)
             verdict = verify(signed, keys, self._clock.now(), self._config.webhook_tolerance)
             if verdict is not Verdict.ACCEPTED or signed.event_id is None:
-                log_event("webhook_refused", logging.WARNING, provider=provider, why=verdict.value)
+                step_log.warning("webhook_refused", provider=provider, why=verdict.value)
                 return _json({"error": f"signature_{verdict.value}"}, 401)
             parse = functools.partial(parse_event, provider, signed.event_id)
         try:
@@ -238,7 +237,7 @@ class _Endpoints:
         signed = sendgrid.signed_batch(request.headers, body)
         verdict = sendgrid.verify(signed, self._sendgrid, now, self._config.webhook_tolerance)
         if verdict is not Verdict.ACCEPTED:
-            log_event("webhook_refused", logging.WARNING, provider=provider, why=verdict.value)
+            step_log.warning("webhook_refused", provider=provider, why=verdict.value)
             return _json({"error": f"signature_{verdict.value}"}, 401)
         try:
             batch = sendgrid.parse_batch(provider, json.loads(body))
@@ -246,7 +245,9 @@ class _Endpoints:
             why = str(e) if isinstance(e, InvalidEvent) else "the body is not JSON"
             return _json({"error": "bad_event", "why": why}, 400)
         for unread in batch.unread:
-            log_event("webhook_event_unread", provider=provider, index=unread.index, why=unread.why)
+            step_log.info(
+                "webhook_event_unread", provider=provider, index=unread.index, why=unread.why
+            )
         for event in batch.events:
             result, _ = await self._call(
                 record_event, self._store, self._ledger, self._queue, self._clock, event
@@ -275,23 +276,21 @@ class _Endpoints:
             # the certificate fetch is blocking I/O, done at most once per certificate URL
             check = await anyio.to_thread.run_sync(verifier.verify, message, now)
         except CertificateUnavailable as e:
-            log_event("sns_certificate_unavailable", logging.WARNING, why=e)
+            step_log.warning("sns_certificate_unavailable", why=e)
             return _json({"error": "unavailable"}, 503)
         if check.verdict is not Verdict.ACCEPTED:
-            log_event("webhook_refused", logging.WARNING, provider=SES, why=check.why)
+            step_log.warning("webhook_refused", provider=SES, why=check.why)
             return _json({"error": f"signature_{check.verdict.value}"}, 401)
         if message.type is MessageType.UNSUBSCRIBE_CONFIRMATION:
-            log_event("sns_unsubscribe_confirmation", topic=message.topic_arn)
+            step_log.info("sns_unsubscribe_confirmation", topic=message.topic_arn)
             return _json({"outcome": None}, 200)
         if message.type is MessageType.SUBSCRIPTION_CONFIRMATION:
             try:
                 await anyio.to_thread.run_sync(verifier.confirm, message)
             except FetchFailed as e:
-                log_event(
-                    "sns_subscription_failed", logging.WARNING, topic=message.topic_arn, why=e
-                )
+                step_log.warning("sns_subscription_failed", topic=message.topic_arn, why=e)
                 return _json({"error": "unavailable"}, 503)
-            log_event("sns_subscription_confirmed", topic=message.topic_arn)
+            step_log.info("sns_subscription_confirmed", topic=message.topic_arn)
             return _json({"outcome": None}, 200)
         try:
             event = parse_ses_event(message.message_id, json.loads(message["Message"]))
@@ -367,11 +366,11 @@ def _guarded(endpoint: Endpoint) -> Endpoint:
         except ClientDisconnect:
             # the client left, or was cut off for sending too slowly (serve/guard.py), before
             # its body arrived: nothing was read or done, and the answer reaches no one
-            log_event("request_abandoned", logging.INFO, route=request.url.path.split("/")[1])
+            step_log.info("request_abandoned", route=request.url.path.split("/")[1])
             return Response(status_code=408)
         except Exception as e:
             shown = str(e) if isinstance(e, DigestError | LedgerDatabaseError) else None
-            log_event("serve_failed", logging.ERROR, error=type(e).__name__, detail=shown)
+            step_log.error("serve_failed", error=type(e).__name__, detail=shown)
             return _json({"error": "unavailable"}, 503)
 
     return guarded

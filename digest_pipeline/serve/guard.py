@@ -17,13 +17,12 @@ connection has one deadline (`ServeLimits`), and a connection past the cap is re
 
 import asyncio
 import enum
-import logging
 import time
 from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
-from digest_pipeline.services.logs import log_event
+from digest_pipeline.services.logs import step_log
 from digest_pipeline.settings import ServeLimits
 
 #: seconds a refused connection stays open to take in the request it may already be sending:
@@ -77,7 +76,7 @@ class _RefusalLog:
         self._refused += 1
         now = time.monotonic()
         if self._logged_at is None or now - self._logged_at >= REFUSAL_LOG_INTERVAL_SECONDS:
-            log_event("connections_refused", logging.WARNING, count=self._refused, cap=cap)
+            step_log.warning("connections_refused", count=self._refused, cap=cap)
             self._refused, self._logged_at = 0, now
 
 

@@ -6,7 +6,6 @@ frozen snapshot must still match its fingerprint: a tampered period keeps every 
 the evidence of what was selected and sent).
 """
 
-import logging
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -21,8 +20,8 @@ from digest_pipeline.domain.periods import Period
 from digest_pipeline.ports.ledger_roles import Cleaner, ReadModel
 from digest_pipeline.ports.outside import Clock
 from digest_pipeline.services.executor import IN_TURN, Executor
-from digest_pipeline.services.logs import log_event
-from digest_pipeline.services.snapshot_gate import require_unchanged_snapshot
+from digest_pipeline.services.logs import item_log, step_log
+from digest_pipeline.services.period_gate import require_unchanged_snapshot
 
 
 class CleanupLedger(Cleaner, ReadModel, Protocol):
@@ -87,7 +86,7 @@ def clean_period(
                 keys = [(item.key, item.lease_token) for item in chosen]
                 tally = partial(_tally, report, chosen)
                 writes.submit(tally, ledger.clean_many, keys, mode, clock.now())
-    log_event(
+    step_log.info(
         "cleaned",
         period=period,
         cleaned=report.cleaned,
@@ -122,13 +121,13 @@ def _tally(
     for item, receipt in zip(chosen, receipts, strict=True):
         if isinstance(receipt, LostRace):
             report.lost_races += 1
-            log_event("lost_race", logging.WARNING, key=item.key, step="cleanup", why=receipt)
+            item_log.warning("lost_race", key=item.key, step="cleanup", why=receipt)
         elif isinstance(receipt, DigestError):
             raise receipt
         elif receipt.status == "cleaned":
             report.cleaned += 1
             report.rows += receipt.rows
-            log_event("cleanup", logging.DEBUG, key=item.key, status="cleaned", rows=receipt.rows)
+            item_log.debug("cleanup", key=item.key, status="cleaned", rows=receipt.rows)
         else:
             report.already_cleaned += 1
-            log_event("cleanup", key=item.key, status=receipt.status)
+            item_log.info("cleanup", key=item.key, status=receipt.status)

@@ -23,7 +23,6 @@ permanent `render_error` ("no digest rows") as a customer without picks does. A 
 content generation asks the rule again for every customer still without rows.
 """
 
-import logging
 import traceback
 from collections import defaultdict
 from collections.abc import Sequence
@@ -51,7 +50,7 @@ from digest_pipeline.domain.periods import OperationKey, Period
 from digest_pipeline.ports.ledger_roles import ContentBacklog, ContentStore, SnapshotStore
 from digest_pipeline.ports.outside import CustomerSource
 from digest_pipeline.services.executor import IN_TURN, Executor
-from digest_pipeline.services.logs import log_event
+from digest_pipeline.services.logs import item_log, step_log
 
 
 class ContentLedger(SnapshotStore, ContentStore, ContentBacklog, Protocol):
@@ -170,7 +169,7 @@ class ContentPlan:
                 return checked_picks(request, answer)
             except PicksRejected as e:
                 why = str(e)
-        log_event("picks_rule_failed", logging.WARNING, key=key, why=why)
+        item_log.warning("picks_rule_failed", key=key, why=why)
         return None
 
 
@@ -208,9 +207,8 @@ def plan_content(
     popularity = source.popularity(since, until)
     plan = PickPlan(products, popularity, period)
     if plan.excluded:
-        log_event(
+        step_log.warning(
             "catalogue_products_excluded",
-            logging.WARNING,
             period=period,
             products=len(plan.excluded),
             product_ids=",".join(b.product_id for b in plan.excluded[:EXCLUDED_LOGGED]),
@@ -282,7 +280,7 @@ def generate_content(
 
 
 def _log_report(report: ContentReport, content: ContentPlan, period: Period) -> None:
-    log_event(
+    step_log.info(
         "content_generated",
         period=period,
         customers=report.customers,
@@ -293,18 +291,16 @@ def _log_report(report: ContentReport, content: ContentPlan, period: Period) -> 
         excluded_products=len(report.excluded) or None,
     )
     if report.without_picks:
-        log_event(
+        step_log.warning(
             "content_without_picks",
-            logging.WARNING,
             period=period,
             customers=report.without_picks,
         )
     if report.picks_rule_failed:
         # one line for the step's log (Dagster's run log); each customer's own line, with the
         # reason, is on the item logger under its operation key
-        log_event(
+        step_log.warning(
             "content_picks_rule_failed",
-            logging.WARNING,
             period=period,
             customers=report.picks_rule_failed,
             rule=content.rule_name,

@@ -17,6 +17,7 @@ import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 from digest_pipeline.domain.breaker import as_retryable
 from digest_pipeline.domain.delivery import (
@@ -53,11 +54,10 @@ from digest_pipeline.domain.retry import (
 )
 from digest_pipeline.domain.states import DeliveryState, Settled
 from digest_pipeline.ports.outside import Clock, Composer, Mailer
-from digest_pipeline.services import late
+from digest_pipeline.services import period_gate
 from digest_pipeline.services.evidence import RECONCILE_ACTOR as ACTOR
 from digest_pipeline.services.executor import DeliveryExecutor, DueRun, Pace, WorkerLedger
-from digest_pipeline.services.logs import log_event
-from digest_pipeline.services.snapshot_gate import snapshot_refusal
+from digest_pipeline.services.logs import item_log, step_log
 from digest_pipeline.services.wave import (
     LOST_RACE,
     RELEASED,
@@ -99,19 +99,15 @@ class Deliverer:
     def facts(self, period: Period, now: datetime) -> PeriodFacts:
         """The period's window close (late grant included) and snapshot verdict.
 
-        The ledger's snapshot check fingerprints the whole snapshot (on PostgreSQL, after a
-        ledger's first, it counts the rows' writer instead: `invariants.Seal`), so a worker
-        reads the facts at most once a lease per period (a Dagster step, a sweep: once; a
-        long-lived worker: every lease). A claim outlives neither, so every claim this worker
-        sends was checked within a lease.
+        A worker reads them at most once a lease per period (a Dagster step, a sweep: once; a
+        long-lived worker: every lease), since the snapshot check costs a pass over the
+        snapshot. A claim outlives no lease, so every claim this worker sends was checked
+        within one.
         """
         cached = self._facts.get(period)
-        if cached is not None and cached.current(now, self.policy.lease):
-            return cached
-        closes_at = late.closes_at(self.ledger, self.policy, period)
-        facts = PeriodFacts(now, closes_at, snapshot_refusal(self.ledger, period, now))
-        self._facts[period] = facts
-        return facts
+        if cached is None or not cached.current(now, self.policy.lease):
+            cached = self._facts[period] = period_gate.facts(self.ledger, self.policy, period, now)
+        return cached
 
     def require_snapshot(self, period: Period) -> None:
         """Raises SnapshotTampered for a period whose snapshot changed (read once a lease)."""
@@ -130,8 +126,7 @@ class Deliverer:
         if wave.refused:
             [(period, why)] = wave.refused.items()
             raise SnapshotTampered(why, str(period))
-        [state] = wave.states()
-        return state
+        return wave.settled[0]
 
     def give_back(self, claim: Claim, why: str) -> Settled:
         """Returns a claim that was never attempted to the queue, due now; `released`."""
@@ -139,9 +134,9 @@ class Deliverer:
         try:
             self.ledger.apply(release(claim, now, why))
         except LostRace as e:
-            log_event("lost_race", logging.WARNING, key=claim.key, step="give_back", why=e)
+            item_log.warning("lost_race", key=claim.key, step="give_back", why=e)
             return LOST_RACE
-        log_event("released", key=claim.key, reason=why)
+        item_log.info("released", key=claim.key, reason=why)
         return RELEASED
 
     def content(self, claims: Sequence[Claim]) -> Content:
@@ -265,7 +260,7 @@ class Deliverer:
         now = self.clock.now()
         current = self.ledger.get(claim.key)
         if current is not None and current.state is DeliveryState.SUPPRESSED:
-            log_event("suppressed_before_attempt", key=claim.key)
+            item_log.info("suppressed_before_attempt", key=claim.key)
             return DeliveryState.SUPPRESSED
         requeue = requeue_unstarted(claim, current, self.ledger.attempts(claim.key), now)
         if requeue is not None:
@@ -274,11 +269,11 @@ class Deliverer:
             except LostRace:
                 pass
             else:
-                log_event("released", key=claim.key, reason=requeue.detail)
+                item_log.info("released", key=claim.key, reason=requeue.detail)
                 return DeliveryState.RETRY_SCHEDULED
         if not isinstance(lost, LostRace):
             raise lost
-        log_event("lost_race", logging.WARNING, key=claim.key, step="start", why=lost)
+        item_log.warning("lost_race", key=claim.key, step="start", why=lost)
         return LOST_RACE
 
     def _compose(
@@ -298,12 +293,12 @@ class Deliverer:
             # item's detail stays a stable code (`render_error`, or `invalid_recipient` for the
             # customer's address), the log line says which row.
             why = str(e).removeprefix(f"{claim.key}: ")
-            log_event("render_refused", logging.INFO, key=claim.key, why=why)
+            item_log.info("render_refused", key=claim.key, why=why)
             return SendOutcome.failed(FailureClass.PERMANENT, render_failure_code(e))
         except Exception as e:
             # Rendering happens before anything leaves, so a composer bug is permanent for this
             # item (replayable once fixed) and must not stop the rest of the batch.
-            log_event("render_raised", logging.ERROR, key=claim.key, error=type(e).__name__)
+            item_log.error("render_raised", key=claim.key, error=type(e).__name__)
             return SendOutcome.failed(FailureClass.PERMANENT, f"render_raised:{type(e).__name__}")
 
     def _transmit(self, message: Message) -> SendOutcome:
@@ -317,7 +312,7 @@ class Deliverer:
         except Exception as e:
             # Mailers classify their own failures; one that raises anyway may have sent, so
             # the only safe reading is `unknown`, never "not sent".
-            log_event("mailer_raised", logging.ERROR, key=message.key, error=type(e).__name__)
+            item_log.error("mailer_raised", key=message.key, error=type(e).__name__)
             return SendOutcome.failed(FailureClass.UNKNOWN, f"mailer_raised:{type(e).__name__}")
 
     def _after(self, started: Started, outcome: SendOutcome) -> Outcome:
@@ -350,7 +345,7 @@ class Deliverer:
         if error is not None:
             if not isinstance(error, LostRace):
                 raise error
-            log_event("lost_race", logging.WARNING, key=claim.key, step="record", why=error)
+            item_log.warning("lost_race", key=claim.key, step="record", why=error)
             return LOST_RACE
         if after is not None and after.suppression is not None:
             # next week's snapshot leaves the customer out, and their other weeks' items whose
@@ -360,9 +355,9 @@ class Deliverer:
         # sends does not become 100,000 rows in Dagster's event log; everything else is INFO.
         routine = after.routine if after is not None else transition.target is DeliveryState.SENT
         outcome = after.outcome if after is not None else None
-        log_event(
-            "attempt_recorded",
+        item_log.log(
             logging.DEBUG if routine else logging.INFO,
+            "attempt_recorded",
             key=claim.key,
             state=transition.target.value,
             outcome=outcome.label if outcome else None,
@@ -416,20 +411,23 @@ def deliver_due(
     )
     stop = deliverer.executor.deliver(run, done)
     if done.claimed or done.suppressed:
-        log_event(
+        # one field per outcome label; typed Any because the logger's own keywords (exc_info,
+        # extra) share the namespace, and no label is one of them
+        counts: dict[str, Any] = dict(sorted(done.outcomes.items()))
+        step_log.info(
             "delivered",
             owner=deliverer.owner,
             claimed=done.claimed,
             lost_races=done.lost_races,
             released=done.released or None,
             suppressed=done.suppressed or None,
-            **dict(sorted(done.outcomes.items())),
+            **counts,
         )
     if report is not None:
         report.add(done)
     if stop is not None:
         # the caller reports the line (a failed step, `digest sweep`'s `stopped:`); a log line here
         # at a louder level would only print it twice
-        log_event("delivery_stopped", owner=deliverer.owner, why=stop)
+        step_log.info("delivery_stopped", owner=deliverer.owner, why=stop)
         raise stop
     return done

@@ -4,11 +4,11 @@ from digest_pipeline.domain.model import EnqueueReceipt
 from digest_pipeline.domain.periods import Period
 from digest_pipeline.ports.ledger_roles import WorkQueue
 from digest_pipeline.ports.outside import Clock
-from digest_pipeline.services.logs import log_event
+from digest_pipeline.services.logs import step_log
 
 
 def enqueue_period(ledger: WorkQueue, clock: Clock, period: Period) -> EnqueueReceipt:
     """Creates the missing items of the period; existing ones are left as they are."""
     receipt = ledger.enqueue(period, clock.now())
-    log_event("enqueued", period=period, created=receipt.created, existing=receipt.existing)
+    step_log.info("enqueued", period=period, created=receipt.created, existing=receipt.existing)
     return receipt

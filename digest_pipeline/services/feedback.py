@@ -7,7 +7,6 @@ provider's message id or the operation key it carries, and applied as `domain.fe
 says: a `delivered` event settles an `unknown` item through the ledger's guarded transition.
 """
 
-import logging
 from datetime import timedelta
 from enum import StrEnum
 
@@ -31,7 +30,7 @@ from digest_pipeline.domain.unsubscribe import token_matches
 from digest_pipeline.ports.feedback import FeedbackStore
 from digest_pipeline.ports.ledger_roles import ReadModel, WorkQueue
 from digest_pipeline.ports.outside import Clock
-from digest_pipeline.services.logs import log_event
+from digest_pipeline.services.logs import item_log, step_log
 
 #: the audit actor of a move made on a provider event
 PROVIDER_EVENT_ACTOR = "system:provider_event"
@@ -84,7 +83,7 @@ def unsubscribe(
     suppression = Suppression(customer_id, SuppressionReason.UNSUBSCRIBED, ONE_CLICK, clock.now())
     if not store.suppress(suppression):
         return Unsubscribed.ALREADY
-    log_event("unsubscribed", customer_id=customer_id, source=ONE_CLICK)
+    step_log.info("unsubscribed", customer_id=customer_id, source=ONE_CLICK)
     return Unsubscribed.NOW
 
 
@@ -143,7 +142,8 @@ def record_event(
         return EventResult.IN_PROGRESS, None
     outcome = _apply(store, ledger, queue, clock, event, key, item)
     store.finish_event(event.provider, event.event_id, outcome)
-    log_event(
+    # an event that names no work item is the webhook's line, not an item's
+    (step_log if key is None else item_log).info(
         "provider_event",
         key=key,
         provider=event.provider,
@@ -177,7 +177,7 @@ def _apply(
         suppression = Suppression(key.customer_id, SUPPRESSES[event.type], source, clock.now())
         if not store.suppress(suppression):
             return EventOutcome.ALREADY_SUPPRESSED
-        log_event("suppressed", customer_id=key.customer_id, reason=suppression.reason.value)
+        step_log.info("suppressed", customer_id=key.customer_id, reason=suppression.reason.value)
         return EventOutcome.SUPPRESSED
     return EventOutcome.RECORDED
 
@@ -196,7 +196,7 @@ def _settle(
     try:
         queue.apply(transition)
     except LostRace as e:
-        log_event("lost_race", logging.WARNING, key=item.key, step="provider_event", why=e)
+        item_log.warning("lost_race", key=item.key, step="provider_event", why=e)
         again = ledger.get(item.key)
         return _after_race(again.state if again is not None else None)
     return EventOutcome.SETTLED_SENT

@@ -2,14 +2,16 @@
 
 Only operation keys, customer ids, periods, states, counts and short codes go in; never an
 address, a name or digest content (design: the operation key is the trace). A line about one
-work item (it has a `key`) goes to `digest_pipeline.items`, every other line to
-`digest_pipeline.steps`: Dagster's run log takes only the second (`dagster.yaml`), so a week
-of 100,000 customers, or of 100,000 failures, writes a few lines per step there, not one per
-item; the ledger's attempts and audit log are the per-item record, and `digest` commands print
-both loggers' lines on stderr.
+work item (it has a `key`) goes to `item_log` (`digest_pipeline.items`), every other line to
+`step_log` (`digest_pipeline.steps`): Dagster's run log takes only the second (`dagster.yaml`),
+so a week of 100,000 customers, or of 100,000 failures, writes a few lines per step there, not
+one per item; the ledger's attempts and audit log are the per-item record, and `digest`
+commands print both loggers' lines on stderr.
 """
 
 import logging
+from collections.abc import MutableMapping
+from typing import Any
 
 #: the parent of both: a handler here (the CLI's, a test's) sees every line
 logger = logging.getLogger("digest_pipeline")
@@ -22,9 +24,21 @@ def _fmt(value: object) -> str:
     return f'"{text}"' if (" " in text or not text) else text
 
 
-def log_event(event: str, level: int = logging.INFO, **fields: object) -> None:
-    """Logs `event=<event>` followed by the fields in the order given."""
-    target = item_logger if fields.get("key") is not None else step_logger
-    if target.isEnabledFor(level):
-        parts = " ".join(f"{k}={_fmt(v)}" for k, v in fields.items() if v is not None)
-        target.log(level, "event=%s %s", event, parts)
+class EventLog(logging.LoggerAdapter[logging.Logger]):
+    """A logger whose calls name an event and its fields: `log.info("released", key=k, reason=r)`.
+
+    Every keyword is a field, written in the order given; a field that is None is left out.
+    The line is built only when the level is enabled.
+    """
+
+    def process(
+        self, msg: Any, kwargs: MutableMapping[str, Any]
+    ) -> tuple[Any, MutableMapping[str, Any]]:
+        parts = " ".join(f"{k}={_fmt(v)}" for k, v in kwargs.items() if v is not None)
+        return f"event={msg} {parts}", {}
+
+
+#: lines about one work item; each carries its `key`
+item_log = EventLog(item_logger)
+#: lines about a step, a run or a request: never one per item
+step_log = EventLog(step_logger)

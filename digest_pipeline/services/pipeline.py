@@ -17,10 +17,10 @@ from enum import StrEnum
 from digest_pipeline.domain.errors import BreakerOpen, SnapshotTampered
 from digest_pipeline.domain.model import CleanupMode, LeaseRecovery
 from digest_pipeline.domain.periods import Period
-from digest_pipeline.services import late
+from digest_pipeline.services import period_gate
 from digest_pipeline.services.cleanup import CleanupReport, clean_period
 from digest_pipeline.services.deliver import Deliverer, deliver_due
-from digest_pipeline.services.logs import log_event
+from digest_pipeline.services.logs import step_log
 from digest_pipeline.services.reconcile import ReconcileReport, reconcile_period
 from digest_pipeline.services.wave import DeliveryReport
 
@@ -150,7 +150,7 @@ def run_pass(
     report = SweepReport(recovered=ledger.recover_expired_leases(clock.now()))
     passed(Gate.RECOVER)
     for period in ledger.open_periods() if periods is None else periods:
-        why = late.refusal(ledger, policy, period, clock.now())
+        why = period_gate.refusal(ledger, policy, period, clock.now())
         if why is None:
             why = deliverer.facts(period, clock.now()).refusal
         if why is None:
@@ -176,7 +176,7 @@ def run_pass(
             except SnapshotTampered as e:  # changed since this pass checked it
                 report.refuse(period, str(e))
     passed(Gate.CLEAN)
-    log_event(
+    step_log.info(
         "sweep",
         periods=len(report.periods),
         requeued=len(report.recovered.requeued),

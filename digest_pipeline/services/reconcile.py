@@ -8,7 +8,6 @@ counted by the mailer it needs. Without evidence it stays `unknown` (visible, ro
 its retention runs out and it is dead-lettered.
 """
 
-import logging
 from collections import Counter
 from dataclasses import dataclass, field
 from functools import partial
@@ -20,10 +19,10 @@ from digest_pipeline.domain.policy import DeliveryPolicy
 from digest_pipeline.domain.reconciliation import settle_unknown
 from digest_pipeline.domain.states import DeliveryState
 from digest_pipeline.ports.outside import Clock, Mailer
-from digest_pipeline.services import late
+from digest_pipeline.services import period_gate
 from digest_pipeline.services.combined_roles import WorkLedger
 from digest_pipeline.services.evidence import RECONCILE_ACTOR
-from digest_pipeline.services.logs import log_event
+from digest_pipeline.services.logs import item_log
 
 ACTOR = RECONCILE_ACTOR
 
@@ -51,7 +50,7 @@ def reconcile_period(
     """Settles what evidence allows among the period's `unknown` items."""
     report = ReconcileReport()
     unknown = ledger.items(period, [DeliveryState.UNKNOWN])
-    closes = late.closes_at(ledger, policy, period) if unknown else period.ends_at
+    closes = period_gate.closes_at(ledger, policy, period) if unknown else period.ends_at
     identity = mailer.identity
     for item in unknown:
         report.examined += 1
@@ -80,10 +79,10 @@ def reconcile_period(
             ledger.apply(transition)
         except LostRace as e:
             report.lost_races += 1
-            log_event("lost_race", logging.WARNING, key=item.key, step="reconcile", why=e)
+            item_log.warning("lost_race", key=item.key, step="reconcile", why=e)
             continue
         report.moved[target.value] += 1
         report.evidence[evidence.value] += 1
         report.changes.append((item.key, target, evidence.value))
-        log_event("reconciled", key=item.key, state=target.value, evidence=evidence.value)
+        item_log.info("reconciled", key=item.key, state=target.value, evidence=evidence.value)
     return report

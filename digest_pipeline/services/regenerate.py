@@ -23,7 +23,7 @@ from digest_pipeline.domain.states import REPLAYABLE, DeliveryState
 from digest_pipeline.ports.ledger_roles import AuditTrail, ContentStore, ReadModel
 from digest_pipeline.ports.outside import Clock, CustomerSource
 from digest_pipeline.services.content import LOOKBACK, plan_content
-from digest_pipeline.services.logs import log_event
+from digest_pipeline.services.logs import step_log
 
 #: keys per read-pick-replace round: one ledger transaction each
 CHUNK = 500
@@ -152,7 +152,7 @@ def regenerate_period(
         replay,
         tuple(sample),
     )
-    log_event(
+    step_log.info(
         "regenerated",
         period=period,
         dry_run=dry_run,

@@ -11,7 +11,6 @@ whole unless the operator accepts that explicitly, and the acceptance is audited
 (`replay_possible_duplicate`).
 """
 
-import logging
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
@@ -35,7 +34,7 @@ from digest_pipeline.ports.ledger_roles import AuditTrail, ReadModel
 from digest_pipeline.ports.outside import Clock, Mailer
 from digest_pipeline.services.combined_roles import WorkLedger
 from digest_pipeline.services.evidence import confirmed_attempt
-from digest_pipeline.services.logs import log_event
+from digest_pipeline.services.logs import item_log
 
 #: the hard cap per request; raising it takes an explicit argument (and flag, in the CLI)
 DEFAULT_REPLAY_CAP = 100
@@ -209,9 +208,9 @@ def _act(ledger: ReplayLedger, clock: Clock, p: _Planned, operator: str, why: st
             ledger.apply(replayed(p.item, now, AuditNote(operator, action, note)))
         except LostRace as e:
             # Each key is its own transaction: report this one, keep the others' result.
-            log_event("lost_race", logging.WARNING, key=key, step="replay", why=e)
+            item_log.warning("lost_race", key=key, step="replay", why=e)
             plan = ReplayPlan.CHANGED_MEANWHILE
-    log_event("replay", key=key, plan=plan.value, evidence=p.evidence, operator=operator)
+    item_log.info("replay", key=key, plan=plan.value, evidence=p.evidence, operator=operator)
     return plan
 
 

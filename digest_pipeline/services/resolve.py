@@ -10,7 +10,7 @@ from digest_pipeline.domain.periods import OperationKey
 from digest_pipeline.domain.transitions import resolved
 from digest_pipeline.ports.outside import Clock
 from digest_pipeline.services.combined_roles import WorkLedger
-from digest_pipeline.services.logs import log_event
+from digest_pipeline.services.logs import item_log
 
 
 def resolve_unknown(
@@ -28,7 +28,7 @@ def resolve_unknown(
     transition = resolved(item, sent, clock.now(), AuditNote(operator, "resolve", reason.strip()))
     ledger.apply(transition)
     target = transition.target
-    log_event("resolved", key=key, state=target.value, operator=operator)
+    item_log.info("resolved", key=key, state=target.value, operator=operator)
     updated = ledger.get(key)
     assert updated is not None
     return updated

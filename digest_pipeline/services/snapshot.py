@@ -24,7 +24,7 @@ from digest_pipeline.domain.periods import Period
 from digest_pipeline.ports.ledger_roles import SnapshotStore
 from digest_pipeline.ports.outside import Clock, CustomerSource
 from digest_pipeline.services.executor import IN_TURN, Executor
-from digest_pipeline.services.logs import log_event
+from digest_pipeline.services.logs import step_log
 
 
 @dataclass(frozen=True)
@@ -95,7 +95,7 @@ def take_snapshot(
     """Freezes the period's selection, or reports the one frozen before."""
     existing = ledger.snapshot(period)
     if existing is not None:
-        log_event("snapshot_reused", period=period, eligible=existing.eligible_count)
+        step_log.info("snapshot_reused", period=period, eligible=existing.eligible_count)
         return SnapshotReport(
             period, True, existing.eligible_count, existing.selection_run_id, existing.selected_at
         )
@@ -126,7 +126,7 @@ def take_snapshot(
     with executor.bulk():
         receipt = ledger.freeze_snapshot(period, run_id, clock.now(), selected())
     info = receipt.info
-    log_event(
+    step_log.info(
         "snapshot_reused" if receipt.reused else "snapshot_frozen",
         period=period,
         eligible=info.eligible_count,

@@ -12,7 +12,7 @@ from digest_pipeline.domain.feedback import Suppression, SuppressionReason
 from digest_pipeline.domain.periods import validate_customer_id
 from digest_pipeline.ports.feedback import FeedbackStore
 from digest_pipeline.ports.outside import Clock
-from digest_pipeline.services.logs import log_event
+from digest_pipeline.services.logs import step_log
 
 
 class SuppressRefused(DigestError):
@@ -51,7 +51,7 @@ def suppress_customer(
     )
     changed = store.suppress(suppression, reason)
     if changed:
-        log_event("suppressed", customer_id=customer_id, reason="operator", operator=operator)
+        step_log.info("suppressed", customer_id=customer_id, reason="operator", operator=operator)
     return SuppressReport(customer_id, changed, _standing(store, customer_id))
 
 
@@ -62,5 +62,5 @@ def unsuppress_customer(
     _checked(store, customer_id, reason)
     changed = store.unsuppress(customer_id, clock.now(), operator, reason)
     if changed:
-        log_event("unsuppressed", customer_id=customer_id, operator=operator)
+        step_log.info("unsuppressed", customer_id=customer_id, operator=operator)
     return SuppressReport(customer_id, changed, _standing(store, customer_id))

@@ -16,7 +16,7 @@ from digest_pipeline.dagster_private import (
     LoadingContextForTest,
 )
 from digest_pipeline.domain.policy import DeliveryPolicy
-from digest_pipeline.services.late import LATE_ACTION
+from digest_pipeline.services.period_gate import LATE_ACTION
 from digest_pipeline_tests.conftest import W42
 from digest_pipeline_tests.dagster.harness import (
     ASSETS,

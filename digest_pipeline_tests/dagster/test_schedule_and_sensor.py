@@ -11,7 +11,7 @@ from digest_pipeline.domain.model import Transition
 from digest_pipeline.domain.periods import Period
 from digest_pipeline.domain.policy import DeliveryPolicy
 from digest_pipeline.domain.states import DeliveryState
-from digest_pipeline.services.late import grant_late_delivery
+from digest_pipeline.services.period_gate import grant_late_delivery
 from digest_pipeline_tests.builders import complete_one, key_of, seed_period, start_one
 from digest_pipeline_tests.conftest import T0, W42
 from digest_pipeline_tests.dagster.graph import project

@@ -5,6 +5,7 @@ A delivered week of five customers: 1-3 `sent` with a provider message id, 4-5 `
 customer on a hard bounce or complaint, and are applied once per event id.
 """
 
+import logging
 from datetime import timedelta
 
 import pytest
@@ -192,6 +193,21 @@ class TestProviderEvents:
         assert world.store.suppressions() == []
         (stored,) = world.store.provider_events()
         assert stored.outcome is EventOutcome.UNMATCHED
+
+    def test_an_event_that_names_no_work_item_is_a_step_line(self, world, caplog):
+        # a line about one item goes to `digest_pipeline.items`, which Dagster's run log leaves
+        # out; one that names no item has no key to trace it by, so it is the webhook's line
+        caplog.set_level(logging.INFO, logger="digest_pipeline")
+        nameless = ProviderEvent("resend", "msg_90", EventType.DELIVERED, "unknown_id", None)
+        assert world.record(nameless) == (EventResult.APPLIED, EventOutcome.UNMATCHED)
+        assert world.record(world.event(3, EventType.DELIVERED, "msg_91"))[0] is EventResult.APPLIED
+
+        lines = [
+            (r.name, "key=" in r.getMessage())
+            for r in caplog.records
+            if r.getMessage().startswith("event=provider_event ")
+        ]
+        assert lines == [("digest_pipeline.steps", False), ("digest_pipeline.items", True)]
 
     def test_an_event_of_another_instances_key_is_not_ours(self, world):
         # another digest instance on the same provider account: its events reach us too

@@ -9,7 +9,7 @@ from digest_pipeline.domain.model import CleanupMode
 from digest_pipeline.domain.periods import Period
 from digest_pipeline.domain.policy import DeliveryPolicy
 from digest_pipeline.domain.states import DeliveryState
-from digest_pipeline.services import late
+from digest_pipeline.services import period_gate
 from digest_pipeline.services.pipeline import sweep
 from digest_pipeline_tests.builders import (
     deliver_all,
@@ -31,7 +31,7 @@ CLOSED = POLICY.closes_at(W42) + timedelta(hours=1)
 def test_a_week_attempted_in_time_is_never_refused_later(clock):
     ledger, mailer = frozen_ledger(2), FakeMailer(clock=clock)
     deliver_all(make_deliverer(ledger, mailer, clock))
-    assert late.refusal(ledger, POLICY, W42, CLOSED + timedelta(days=60)) is None
+    assert period_gate.refusal(ledger, POLICY, W42, CLOSED + timedelta(days=60)) is None
 
 
 def test_a_missed_week_is_refused_and_the_refusal_records_nothing():
@@ -39,7 +39,7 @@ def test_a_missed_week_is_refused_and_the_refusal_records_nothing():
     before = (ledger.items(W42), ledger.audit_log())
 
     with pytest.raises(LateWeekRefused, match="before any digest was attempted"):
-        late.require_deliverable(ledger, POLICY, W42, CLOSED)
+        period_gate.require_deliverable(ledger, POLICY, W42, CLOSED)
 
     assert (ledger.items(W42), ledger.audit_log()) == before
 
@@ -48,21 +48,27 @@ def test_a_grant_is_audited_and_delivers_the_week_inside_its_late_window():
     clock = FixedClock(CLOSED)
     ledger, mailer = frozen_ledger(3), FakeMailer(clock=clock)
 
-    closes = late.grant_late_delivery(ledger, POLICY, W42, clock.now(), "ops", "scheduler down")
+    closes = period_gate.grant_late_delivery(
+        ledger, POLICY, W42, clock.now(), "ops", "scheduler down"
+    )
     deliver_all(make_deliverer(ledger, mailer, clock))
 
     assert closes == CLOSED + POLICY.late_window
     [entry] = ledger.audit_log(W42)
-    assert (entry.actor, entry.action, entry.reason) == ("ops", late.LATE_ACTION, "scheduler down")
+    assert (entry.actor, entry.action, entry.reason) == (
+        "ops",
+        period_gate.LATE_ACTION,
+        "scheduler down",
+    )
     assert ledger.state_counts(W42) == {DeliveryState.SENT: 3}
-    assert late.refusal(ledger, POLICY, W42, clock.now()) is None
+    assert period_gate.refusal(ledger, POLICY, W42, clock.now()) is None
     assert failed_invariants(ledger, W42, clock.now()) == []
 
 
 def test_items_left_after_the_late_window_are_dead_lettered_window_closed():
     clock = FixedClock(CLOSED)
     ledger, mailer = frozen_ledger(2), FakeMailer(clock=clock)
-    late.grant_late_delivery(ledger, POLICY, W42, clock.now(), "ops", "scheduler down")
+    period_gate.grant_late_delivery(ledger, POLICY, W42, clock.now(), "ops", "scheduler down")
     clock.advance(POLICY.late_window)
 
     deliver_all(make_deliverer(ledger, mailer, clock))
@@ -84,7 +90,7 @@ def test_a_grant_is_refused_without_who_and_why_or_while_the_window_is_open(
 ):
     ledger = frozen_ledger(1)
     with pytest.raises(LateWeekRefused, match=says):
-        late.grant_late_delivery(ledger, POLICY, W42, now, operator, reason)
+        period_gate.grant_late_delivery(ledger, POLICY, W42, now, operator, reason)
     assert ledger.audit_log() == []
 
 

@@ -1,25 +1,28 @@
-"""Missed and late weeks: refuse a week whose window closed unattempted, or grant it a late window.
+"""The period gates: a missed week and a changed snapshot stop a period's work before it starts.
 
-Every path that starts a week's delivery (`digest run`, the snapshot and delivery steps of any
-Dagster run, `digest sweep`) asks `refusal` first. An operator's grant is an audit row
-(`deliver_late`), so the ledger alone says which weeks were sent late, by whom and why.
+A week whose window closed unattempted is refused (`refusal`) unless an operator granted it a late
+window, an audit row (`deliver_late`), so the ledger alone says which weeks were sent late, by whom
+and why. Nothing of a period whose frozen snapshot changed after the freeze is sent or cleaned
+(`snapshot_refusal`). A delivery worker reads both once a lease (`facts`).
 """
 
 from datetime import datetime
 
-from digest_pipeline.domain.errors import LateWeekRefused
+from digest_pipeline.domain.delivery import PeriodFacts
+from digest_pipeline.domain.errors import LateWeekRefused, SnapshotTampered
 from digest_pipeline.domain.model import AuditEntry
 from digest_pipeline.domain.periods import Period
 from digest_pipeline.domain.policy import DeliveryPolicy
 from digest_pipeline.ports.ledger_roles import AuditTrail, ReadModel
 from digest_pipeline.services.combined_roles import PeriodReader
-from digest_pipeline.services.logs import log_event
+from digest_pipeline.services.logs import step_log
 
 #: the audit action of an operator's late-delivery grant
 LATE_ACTION = "deliver_late"
 #: the clause of `DeliveryPolicy.late_refusal`'s line that `refusal` replaces with what the
 #: ledger holds of the period, so the line is true whoever refuses, and whenever
 NOTHING_RECORDED = "nothing was recorded"
+SNAPSHOT_UNCHANGED = "snapshot_unchanged"
 
 
 def late_since(ledger: ReadModel, period: Period) -> datetime | None:
@@ -31,6 +34,18 @@ def late_since(ledger: ReadModel, period: Period) -> datetime | None:
 def closes_at(ledger: ReadModel, policy: DeliveryPolicy, period: Period) -> datetime:
     """The period's delivery window close, a late grant included."""
     return policy.closes_at(period, late_since(ledger, period))
+
+
+def facts(ledger: ReadModel, policy: DeliveryPolicy, period: Period, now: datetime) -> PeriodFacts:
+    """The period's window close (late grant included) and snapshot verdict, read at `now`.
+
+    The snapshot check fingerprints the whole snapshot (on PostgreSQL, after a ledger's first,
+    it counts the rows' writer instead: `adapters/sql/invariants.Seal`), so a delivery worker
+    keeps these for a lease (`Deliverer.facts`).
+    """
+    return PeriodFacts(
+        now, closes_at(ledger, policy, period), snapshot_refusal(ledger, period, now)
+    )
 
 
 def refusal(
@@ -84,7 +99,7 @@ def require_deliverable(
 ) -> None:
     """Raises LateWeekRefused for a missed week; its line says what the ledger holds of it."""
     if (why := refusal(ledger, policy, period, now)) is not None:
-        log_event("late_week_refused", period=period)
+        step_log.info("late_week_refused", period=period)
         raise LateWeekRefused(why)
 
 
@@ -109,5 +124,34 @@ def grant_late_delivery(
         AuditEntry(now, operator, LATE_ACTION, None, None, None, reason.strip(), period)
     )
     closes = policy.closes_at(period, now)
-    log_event("late_delivery_granted", period=period, operator=operator)
+    step_log.info("late_delivery_granted", period=period, operator=operator)
     return closes
+
+
+def snapshot_line(period: Period) -> str:
+    """The one line a tampered period is refused with: the period, never an address."""
+    return (
+        f"period {period}: its frozen eligibility snapshot no longer matches the fingerprint "
+        f"taken at the freeze (snapshot_unchanged); nothing of it is sent or cleaned until the "
+        f"snapshot is restored (digest status --period {period})"
+    )
+
+
+def snapshot_refusal(ledger: ReadModel, period: Period, now: datetime) -> str | None:
+    """The refusal line of a period whose snapshot changed after the freeze, or None.
+
+    Design §4's invariant 5 is an asset check, but an asset check runs only when the whole graph
+    does; the sweep, the sensor's delivery-and-cleanup runs, the simulator and every worker ask
+    the ledger's own `snapshot_unchanged` check here first.
+    """
+    [result] = ledger.check_invariants(period, now, names={SNAPSHOT_UNCHANGED})
+    if result.passed:
+        return None
+    step_log.info("snapshot_tampered", period=period)
+    return snapshot_line(period)
+
+
+def require_unchanged_snapshot(ledger: ReadModel, period: Period, now: datetime) -> None:
+    """Raises SnapshotTampered (before anything is changed) for a tampered period."""
+    if (why := snapshot_refusal(ledger, period, now)) is not None:
+        raise SnapshotTampered(why, str(period))
