@@ -22,6 +22,7 @@ LATE_ACTION = "deliver_late"
 #: the clause of `DeliveryPolicy.late_refusal`'s line that `refusal` replaces with what the
 #: ledger holds of the period, so the line is true whoever refuses, and whenever
 NOTHING_RECORDED = "nothing was recorded"
+#: the ledger's own invariant that the snapshot gate asks for (design §4, invariant 5)
 SNAPSHOT_UNCHANGED = "snapshot_unchanged"
 
 
