@@ -238,6 +238,18 @@ class InvalidEvent(DigestError, ValueError):
     """A webhook body that is not a provider event the project can read (HTTP 400)."""
 
 
+#: a provider's id of a message as Resend, SendGrid and SES give it (SES's: `0100018b…-000000`):
+#: printable, no space, up to the ledger column's 255 characters
+MESSAGE_ID = re.compile(r"[A-Za-z0-9._:@<>+=/-]{1,255}")
+
+
+def matching(value: object, pattern: re.Pattern[str], why: str) -> str:
+    """`value` when it is a string that `pattern` matches whole; InvalidEvent(why) otherwise."""
+    if not isinstance(value, str) or not pattern.fullmatch(value):
+        raise InvalidEvent(why)
+    return value
+
+
 #: Resend's email event types (with or without the `email.` prefix) and what they are here;
 #: `bounced` is read from its `data.bounce.type` (`_event_type`), any type not listed is OTHER
 RESEND_TYPES: dict[str, EventType] = {
@@ -255,7 +267,6 @@ _PERMANENT_BOUNCE = "permanent"
 #: the HTTP mailer's `operation_key` tag: the key with `:` replaced, as Resend tags allow. An
 #: instance's name holds no `-`, so the first `-W` is the period's and the parts split one way.
 _TAG_KEY = re.compile(rf"({INSTANCE_PATTERN})_([0-9]{{4}}-W[0-9]{{2}})_([A-Za-z0-9._-]{{1,128}})")
-_MESSAGE_ID = re.compile(r"[A-Za-z0-9._:@<>+=/-]{1,255}")
 _TYPE_NAME = re.compile(r"[a-z_.]{1,64}")
 KEY_TAG = "operation_key"
 KEY_HEADER = "x-digest-operation-key"
@@ -313,13 +324,12 @@ def parse_event(provider: str, event_id: str, payload: object) -> ProviderEvent:
     if not isinstance(payload, dict):
         raise InvalidEvent("the body is not a JSON object")
     name, data = payload.get("type"), payload.get("data")
-    if not isinstance(name, str) or not _TYPE_NAME.fullmatch(name):
-        raise InvalidEvent("the event has no type")
+    name = matching(name, _TYPE_NAME, "the event has no type")
     if not isinstance(data, dict):
         raise InvalidEvent("the event has no data object")
     message_id = data.get("email_id")
     if message_id is not None and not (
-        isinstance(message_id, str) and _MESSAGE_ID.fullmatch(message_id)
+        isinstance(message_id, str) and MESSAGE_ID.fullmatch(message_id)
     ):
         raise InvalidEvent("data.email_id is not a message id")
     return ProviderEvent(

@@ -27,7 +27,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from digest_pipeline.domain.feedback import EventType, InvalidEvent, ProviderEvent
+from digest_pipeline.domain.feedback import EventType, InvalidEvent, ProviderEvent, matching
 from digest_pipeline.domain.periods import OperationKey
 
 PROVIDER = "postmark"
@@ -91,11 +91,8 @@ def parse_postmark_event(payload: object) -> ProviderEvent:
     """
     if not isinstance(payload, dict):
         raise InvalidEvent("the body is not a JSON object")
-    record, message_id = payload.get("RecordType"), payload.get("MessageID")
-    if not isinstance(record, str) or not _RECORD_TYPE.fullmatch(record):
-        raise InvalidEvent("the event has no RecordType")
-    if not isinstance(message_id, str) or not _MESSAGE_ID.fullmatch(message_id):
-        raise InvalidEvent("MessageID is not a message id")
+    record = matching(payload.get("RecordType"), _RECORD_TYPE, "the event has no RecordType")
+    message_id = matching(payload.get("MessageID"), _MESSAGE_ID, "MessageID is not a message id")
     given_id = payload.get("ID")
     if isinstance(given_id, int) and not isinstance(given_id, bool):
         event_id = f"{record}:{given_id}"

@@ -32,14 +32,18 @@ import re
 from typing import Any
 
 from digest_pipeline.domain.errors import InvalidOperationKey
-from digest_pipeline.domain.feedback import EventType, InvalidEvent, ProviderEvent
+from digest_pipeline.domain.feedback import (
+    MESSAGE_ID,
+    EventType,
+    InvalidEvent,
+    ProviderEvent,
+    matching,
+)
 from digest_pipeline.domain.periods import OperationKey
 from digest_pipeline.domain.ses_tags import TAG_NAME, key_of_tag
 
 #: the provider name SES's events and their ledger rows go by
 PROVIDER = "ses"
-#: SES's message ids: `0100018b…-…-000000` (longer ids are accepted, up to the column's size)
-_MESSAGE_ID = re.compile(r"[A-Za-z0-9._:@<>+=/-]{1,255}")
 #: `Rendering Failure` is the one name with a space
 _TYPE_NAME = re.compile(r"[A-Za-z][A-Za-z ]{0,63}")
 _KEY_HEADER = "x-digest-operation-key"
@@ -69,15 +73,15 @@ def parse_ses_event(event_id: str, payload: object) -> ProviderEvent:
     """
     if not isinstance(payload, dict):
         raise InvalidEvent("the SES event is not a JSON object")
-    name = payload.get("eventType", payload.get("notificationType"))
-    if not isinstance(name, str) or not _TYPE_NAME.fullmatch(name):
-        raise InvalidEvent("the SES event has no eventType")
+    name = matching(
+        payload.get("eventType", payload.get("notificationType")),
+        _TYPE_NAME,
+        "the SES event has no eventType",
+    )
     mail = payload.get("mail")
     if not isinstance(mail, dict):
         raise InvalidEvent("the SES event has no mail object")
-    message_id = mail.get("messageId")
-    if not isinstance(message_id, str) or not _MESSAGE_ID.fullmatch(message_id):
-        raise InvalidEvent("mail.messageId is not a message id")
+    message_id = matching(mail.get("messageId"), MESSAGE_ID, "mail.messageId is not a message id")
     return ProviderEvent(
         provider=PROVIDER,
         event_id=event_id,

@@ -52,7 +52,13 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.serialization import load_der_public_key
 
-from digest_pipeline.domain.feedback import EventType, InvalidEvent, ProviderEvent
+from digest_pipeline.domain.feedback import (
+    MESSAGE_ID,
+    EventType,
+    InvalidEvent,
+    ProviderEvent,
+    matching,
+)
 from digest_pipeline.domain.periods import OperationKey
 from digest_pipeline.domain.webhooks import DEFAULT_TOLERANCE, InvalidWebhookSecret, Verdict
 
@@ -90,7 +96,6 @@ _TIMESTAMP = re.compile(r"[0-9]{1,12}")
 _MAX_SIGNATURE_CHARS = 128
 #: `sg_event_id`: base64 or base64url text in practice; stored as the event id (128 at most)
 _EVENT_ID = re.compile(r"[A-Za-z0-9._:+/=-]{1,128}")
-_MESSAGE_ID = re.compile(r"[A-Za-z0-9._:@<>+=/-]{1,255}")
 _TYPE_NAME = re.compile(r"[a-z_]{1,64}")
 KEY_FIELD = "operation_key"
 
@@ -228,12 +233,8 @@ def parse_event(provider: str, entry: object) -> ProviderEvent:
     """
     if not isinstance(entry, dict):
         raise InvalidEvent("the event is not a JSON object")
-    name = entry.get("event")
-    if not isinstance(name, str) or not _TYPE_NAME.fullmatch(name):
-        raise InvalidEvent("the event has no event name")
-    event_id = entry.get("sg_event_id")
-    if not isinstance(event_id, str) or not _EVENT_ID.fullmatch(event_id):
-        raise InvalidEvent("the event has no sg_event_id")
+    name = matching(entry.get("event"), _TYPE_NAME, "the event has no event name")
+    event_id = matching(entry.get("sg_event_id"), _EVENT_ID, "the event has no sg_event_id")
     return ProviderEvent(
         provider=provider,
         event_id=event_id,
@@ -259,6 +260,5 @@ def _message_id(value: object) -> str | None:
     """`sg_message_id` up to its first `.`: the `X-Message-Id` the send was answered with."""
     if value is None:
         return None
-    if not isinstance(value, str) or not _MESSAGE_ID.fullmatch(value):
-        raise InvalidEvent("sg_message_id is not a message id")
-    return value.split(".", 1)[0] or None
+    message_id = matching(value, MESSAGE_ID, "sg_message_id is not a message id")
+    return message_id.split(".", 1)[0] or None
