@@ -156,6 +156,23 @@ class _Endpoints:
         """`fn(*args)` on a worker thread, at most `ledger_threads` at a time."""
         return await anyio.to_thread.run_sync(functools.partial(fn, *args), limiter=self._limiter)
 
+    async def _record(self, event: ProviderEvent, *, busy: int) -> Response:
+        """Applies one event; its answer: 200 with the outcome, or `busy` with Retry-After.
+
+        `busy` answers while another request is applying the same event: the status that brings
+        the provider's retry.
+        """
+        result, outcome = await self._call(
+            record_event, self._store, self._ledger, self._queue, self._clock, event
+        )
+        if result is EventResult.IN_PROGRESS:
+            retry = str(int(EVENT_LEASE.total_seconds()))
+            return _json({"error": "in_progress"}, busy, {"Retry-After": retry})
+        answer: dict[str, Any] = {"outcome": None if outcome is None else outcome.value}
+        if result is EventResult.DUPLICATE:
+            answer["duplicate"] = True
+        return _json(answer, 200)
+
     async def unsubscribe(self, request: Request) -> Response:
         if request.method == "POST":
             return await self._unsubscribe_post(request)
@@ -212,16 +229,7 @@ class _Endpoints:
             # InvalidEvent names what is wrong; a JSON error only that the body is not JSON
             why = str(e) if isinstance(e, InvalidEvent) else "the body is not JSON"
             return _json({"error": "bad_event", "why": why}, 400)
-        result, outcome = await self._call(
-            record_event, self._store, self._ledger, self._queue, self._clock, event
-        )
-        if result is EventResult.IN_PROGRESS:
-            retry = str(int(EVENT_LEASE.total_seconds()))
-            return _json({"error": "in_progress"}, 409, {"Retry-After": retry})
-        answer: dict[str, Any] = {"outcome": None if outcome is None else outcome.value}
-        if result is EventResult.DUPLICATE:
-            answer["duplicate"] = True
-        return _json(answer, 200)
+        return await self._record(event, busy=409)
 
     async def sendgrid_events(self, request: Request) -> Response:
         """A signed batch of SendGrid events: verified once, then each event recorded once.
@@ -297,17 +305,8 @@ class _Endpoints:
         except (ValueError, RecursionError) as e:
             why = str(e) if isinstance(e, InvalidEvent) else "the SNS Message is not JSON"
             return _json({"error": "bad_event", "why": why}, 400)
-        result, outcome = await self._call(
-            record_event, self._store, self._ledger, self._queue, self._clock, event
-        )
-        if result is EventResult.IN_PROGRESS:
-            # a 409 would end SNS's retries: only a 5xx brings the message again
-            retry = str(int(EVENT_LEASE.total_seconds()))
-            return _json({"error": "in_progress"}, 503, {"Retry-After": retry})
-        answer: dict[str, Any] = {"outcome": None if outcome is None else outcome.value}
-        if result is EventResult.DUPLICATE:
-            answer["duplicate"] = True
-        return _json(answer, 200)
+        # a 409 would end SNS's retries: only a 5xx brings the message again
+        return await self._record(event, busy=503)
 
 
 def build_app(

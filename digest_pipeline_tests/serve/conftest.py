@@ -20,10 +20,12 @@ from sqlalchemy import Engine
 
 from digest_pipeline.adapters.sql.feedback import SqlFeedbackStore, concurrent_callers
 from digest_pipeline.adapters.sql.ledger import SqlLedger
+from digest_pipeline.domain.feedback import ClaimStatus, EventOutcome, EventRecord, EventType
 from digest_pipeline.domain.unsubscribe import unsubscribe_token
 from digest_pipeline.domain.webhooks import signature
 from digest_pipeline.serve.app import ServeConfig, build_app
 from digest_pipeline.serve.server import BackgroundServer
+from digest_pipeline.services.feedback import EVENT_LEASE
 from digest_pipeline.services.wave import DeliveryReport
 from digest_pipeline.settings import ServeLimits
 from digest_pipeline_tests.builders import deliver_all, key_of, make_deliverer, seed_period
@@ -55,6 +57,13 @@ class OverLedger:
 
     def dump(self) -> dict[str, list[tuple[object, ...]]]:
         return dump(self.engine)
+
+    def hold_event(self, provider: str, event_id: str, at: datetime) -> None:
+        """Another request's claim on the event from `at`: it is applying it for a lease."""
+        held = EventRecord(
+            provider, event_id, EventType.OTHER, None, None, at, EventOutcome.RECEIVED
+        )
+        assert self.store.begin_event(held, EVENT_LEASE).status is ClaimStatus.NEW
 
 
 @dataclass

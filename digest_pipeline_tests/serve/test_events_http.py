@@ -20,6 +20,7 @@ from digest_pipeline.domain.states import DeliveryState
 from digest_pipeline.rigs.servers.provider_actions import store_then_drop
 from digest_pipeline.rigs.servers.provider_server import ProviderServer
 from digest_pipeline.rigs.servers.resend_events import webhook_payload
+from digest_pipeline.services.feedback import EVENT_LEASE
 from digest_pipeline.settings import ProviderSettings
 from digest_pipeline_tests.builders import (
     customer_id,
@@ -70,6 +71,17 @@ def test_the_same_event_twice_is_applied_once(site):
     assert first.json() == {"outcome": "settled_sent"}
     assert again.status_code == 200
     assert again.json() == {"outcome": "settled_sent", "duplicate": True}
+    assert site.dump() == before
+
+
+def test_an_event_another_request_is_applying_is_409_with_retry_after_and_changes_nothing(site):
+    site.hold_event("resend", "msg_0001", site.clock.now())
+    before = site.dump()
+
+    response = site.post_event(delivered(4))
+
+    assert (response.status_code, response.json()) == (409, {"error": "in_progress"})
+    assert response.headers["retry-after"] == str(int(EVENT_LEASE.total_seconds()))
     assert site.dump() == before
 
 

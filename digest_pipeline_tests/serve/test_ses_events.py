@@ -27,6 +27,7 @@ from digest_pipeline.domain.states import DeliveryState
 from digest_pipeline.rigs.servers.loopback import free_port
 from digest_pipeline.serve.app import ServeConfig, build_app
 from digest_pipeline.serve.server import BackgroundServer
+from digest_pipeline.services.feedback import EVENT_LEASE
 from digest_pipeline.sns_settings import SnsSettings
 from digest_pipeline_tests.builders import customer_id, key_of
 from digest_pipeline_tests.conftest import SQL_BACKENDS, T0
@@ -135,6 +136,18 @@ def test_a_delivery_event_settles_an_unknown_item_by_its_tag(endpoint):
     assert (response.status_code, response.json()) == (200, {"outcome": "settled_sent"})
     item = endpoint.ledger.get(key_of(4))
     assert (item.state, item.last_detail) == (DeliveryState.SENT, "reconciled:provider_event")
+
+
+def test_an_event_another_request_is_applying_is_503_so_sns_retries_and_changes_nothing(endpoint):
+    # SNS retries a delivery only after a 5xx; a 409 would end its retries
+    endpoint.hold_event("ses", "sns-1", T0)
+    before = endpoint.dump()
+
+    response = endpoint.post(event_for(endpoint, "Delivery", 4, "sns-1"))
+
+    assert (response.status_code, response.json()) == (503, {"error": "in_progress"})
+    assert response.headers["retry-after"] == str(int(EVENT_LEASE.total_seconds()))
+    assert endpoint.dump() == before
 
 
 def test_a_delivery_event_confirms_a_sent_item_by_its_message_id(endpoint):
